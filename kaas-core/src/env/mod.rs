@@ -1,0 +1,124 @@
+//! The env seams: every clock read, file operation, random draw, socket and spawned task of the
+//! broker goes through the one `Env` value handed to each actor. Production wires `real::RealEnv`;
+//! the simulator wires its own implementation of the same traits, so the broker code is the same.
+
+pub mod net;
+pub mod real;
+
+use std::future::Future;
+use std::io;
+
+use bytes::Bytes;
+
+pub use net::{Listener, Net};
+
+/// Wall time and sleeping. Wall time feeds record timestamps, expiry and leases; sleeps drive
+/// every timer. Elapsed-time measurement uses `tokio::time::Instant`, which the simulator
+/// virtualises, so only wall time needs a seam.
+pub trait Clock: Clone + Send + Sync + 'static {
+    /// Milliseconds since the Unix epoch, as this host believes (the simulator may skew it).
+    fn now_ms(&self) -> i64;
+
+    fn sleep_ms(&self, ms: u64) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(std::time::Duration::from_millis(ms))
+    }
+}
+
+/// Randomness: seeded ChaCha in the simulator, OS-seeded in production.
+pub trait Rng: Clone + Send + Sync + 'static {
+    fn next_u64(&self) -> u64;
+
+    /// A uniformly drawn value in `0..bound`.
+    fn below(&self, bound: u64) -> u64 {
+        assert!(bound > 0);
+        self.next_u64() % bound
+    }
+
+    fn uuid(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.next_u64().to_le_bytes());
+        out[8..].copy_from_slice(&self.next_u64().to_le_bytes());
+        // RFC 4122 version 4, variant 1: Kafka's Uuid.randomUuid() shape.
+        out[6] = (out[6] & 0x0f) | 0x40;
+        out[8] = (out[8] & 0x3f) | 0x80;
+        out
+    }
+}
+
+/// Task spawning. Both envs run actors on tokio (turmoil hosts are tokio runtimes); the seam
+/// exists so that the simulator can name, count or reorder tasks without touching the broker.
+pub trait Spawner: Clone + Send + Sync + 'static {
+    fn spawn<F>(&self, name: &'static str, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static;
+}
+
+/// An open file on the volume. Appends are buffered by the OS until `sync`; only synced bytes
+/// survive a crash. One actor writes a file at a time; reads may come from anyone.
+pub trait VolumeFile: Send + Sync + 'static {
+    /// Appends `data` at the end, returning the position it was written at.
+    fn append(&self, data: Bytes) -> impl Future<Output = io::Result<u64>> + Send;
+    /// Makes every appended byte durable (fsync / fdatasync).
+    fn sync(&self) -> impl Future<Output = io::Result<()>> + Send;
+    /// Reads up to `len` bytes at `position`; shorter only at the end of the file.
+    fn read_at(&self, position: u64, len: usize) -> impl Future<Output = io::Result<Bytes>> + Send;
+    /// Cuts the file to `len` bytes, durably.
+    fn truncate(&self, len: u64) -> impl Future<Output = io::Result<()>> + Send;
+    /// The current length, appended but unsynced bytes included.
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The shared volume. Paths are relative to the data directory and use `/`.
+pub trait Volume: Clone + Send + Sync + 'static {
+    type File: VolumeFile;
+
+    fn create_dir_all(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
+    /// Opens a file for appending and reading, creating it (and syncing its directory) if absent.
+    fn open(&self, path: &str) -> impl Future<Output = io::Result<Self::File>> + Send;
+    /// The whole file, or `None` if it does not exist.
+    fn read(&self, path: &str) -> impl Future<Output = io::Result<Option<Bytes>>> + Send;
+    /// Atomic durable replace: write a temporary file, fsync it, rename it over `path`, fsync
+    /// the directory. A crash leaves either the old or the new content, never a mix.
+    fn write_atomic(&self, path: &str, data: Bytes) -> impl Future<Output = io::Result<()>> + Send;
+    /// Entry names in a directory, sorted; empty if it does not exist.
+    fn list(&self, dir: &str) -> impl Future<Output = io::Result<Vec<String>>> + Send;
+    /// Removes a file durably; absent is not an error.
+    fn remove_file(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
+    /// Removes a directory and everything in it, durably; absent is not an error.
+    fn remove_dir_all(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// The bundle handed to every actor: one type parameter instead of five.
+pub trait Env: Clone + Send + Sync + 'static {
+    type Clock: Clock;
+    type Rng: Rng;
+    type Spawner: Spawner;
+    type Volume: Volume;
+    type Net: Net;
+
+    fn clock(&self) -> &Self::Clock;
+    fn rng(&self) -> &Self::Rng;
+    fn spawner(&self) -> &Self::Spawner;
+    fn volume(&self) -> &Self::Volume;
+    fn net(&self) -> &Self::Net;
+}
+
+/// Joins volume path components with `/`.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// The directory part of a volume path ("" for a top-level entry).
+pub fn parent(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(i) => &path[..i],
+        None => "",
+    }
+}

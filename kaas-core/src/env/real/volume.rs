@@ -1,0 +1,208 @@
+//! `Volume` over std::fs, each operation on tokio's blocking pool.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
+use crate::env::{Volume, VolumeFile, parent};
+
+#[derive(Clone)]
+pub struct RealVolume {
+    root: Arc<PathBuf>,
+}
+
+impl RealVolume {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        RealVolume {
+            root: Arc::new(root.into()),
+        }
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        debug_assert!(
+            !relative.starts_with('/'),
+            "volume paths are relative: {relative}"
+        );
+        debug_assert!(
+            !relative.split('/').any(|c| c == ".."),
+            "no escape from the volume: {relative}"
+        );
+        self.root.join(relative)
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(io::Error::other)?
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+pub struct RealFile {
+    file: Arc<File>,
+    // Only the owning actor appends, so the end of the file is tracked here, not asked of the OS.
+    len: Arc<AtomicU64>,
+}
+
+impl VolumeFile for RealFile {
+    async fn append(&self, data: Bytes) -> io::Result<u64> {
+        let file = self.file.clone();
+        let position = self.len.fetch_add(data.len() as u64, Ordering::SeqCst);
+        let len = self.len.clone();
+        blocking(move || {
+            let result = file.write_all_at(&data, position);
+            if result.is_err() {
+                // A failed write leaves the file's tail unknown: the caller truncates or stops.
+                len.store(position, Ordering::SeqCst);
+            }
+            result.map(|_| position)
+        })
+        .await
+    }
+
+    async fn sync(&self) -> io::Result<()> {
+        let file = self.file.clone();
+        blocking(move || file.sync_data()).await
+    }
+
+    async fn read_at(&self, position: u64, len: usize) -> io::Result<Bytes> {
+        let file = self.file.clone();
+        blocking(move || {
+            let mut buf = vec![0u8; len];
+            let mut filled = 0;
+            while filled < len {
+                match file.read_at(&mut buf[filled..], position + filled as u64) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            buf.truncate(filled);
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        let file = self.file.clone();
+        self.len.store(len, Ordering::SeqCst);
+        blocking(move || {
+            file.set_len(len)?;
+            file.sync_all()
+        })
+        .await
+    }
+
+    fn len(&self) -> u64 {
+        self.len.load(Ordering::SeqCst)
+    }
+}
+
+impl Volume for RealVolume {
+    type File = RealFile;
+
+    async fn create_dir_all(&self, path: &str) -> io::Result<()> {
+        let path = self.path(path);
+        blocking(move || fs::create_dir_all(path)).await
+    }
+
+    async fn open(&self, path: &str) -> io::Result<RealFile> {
+        let full = self.path(path);
+        let dir = self.path(parent(path));
+        blocking(move || {
+            let existed = full.exists();
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&full)?;
+            if !existed {
+                sync_dir(&dir)?;
+            }
+            let len = file.metadata()?.len();
+            Ok(RealFile {
+                file: Arc::new(file),
+                len: Arc::new(AtomicU64::new(len)),
+            })
+        })
+        .await
+    }
+
+    async fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
+        let full = self.path(path);
+        blocking(move || match fs::read(full) {
+            Ok(data) => Ok(Some(Bytes::from(data))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        })
+        .await
+    }
+
+    async fn write_atomic(&self, path: &str, data: Bytes) -> io::Result<()> {
+        let full = self.path(path);
+        let dir = self.path(parent(path));
+        blocking(move || {
+            let tmp = full.with_extension("tmp");
+            {
+                let mut file = File::create(&tmp)?;
+                file.write_all(&data)?;
+                file.sync_all()?;
+            }
+            fs::rename(&tmp, &full)?;
+            sync_dir(&dir)
+        })
+        .await
+    }
+
+    async fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        let full = self.path(dir);
+        blocking(move || {
+            let entries = match fs::read_dir(full) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            };
+            let mut names = Vec::new();
+            for entry in entries {
+                names.push(entry?.file_name().to_string_lossy().into_owned());
+            }
+            names.sort();
+            Ok(names)
+        })
+        .await
+    }
+
+    async fn remove_file(&self, path: &str) -> io::Result<()> {
+        let full = self.path(path);
+        let dir = self.path(parent(path));
+        blocking(move || match fs::remove_file(full) {
+            Ok(()) => sync_dir(&dir),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        })
+        .await
+    }
+
+    async fn remove_dir_all(&self, path: &str) -> io::Result<()> {
+        let full = self.path(path);
+        let dir = self.path(parent(path));
+        blocking(move || match fs::remove_dir_all(full) {
+            Ok(()) => sync_dir(&dir),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        })
+        .await
+    }
+}

@@ -1,0 +1,9 @@
+//! The partition log: segments of Kafka v2 record batches on the volume, recovered by CRC after
+//! a crash. The log knows offsets, positions and durability; it knows nothing of producers,
+//! requests or the wire.
+
+pub mod batch;
+mod partition_log;
+pub mod segment;
+
+pub use partition_log::{LogConfig, LogError, PartitionLog, ReadResult};

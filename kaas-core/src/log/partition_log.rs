@@ -1,0 +1,555 @@
+//! `PartitionLog`: one partition's segments, log start offset and high watermark.
+//!
+//! Durability is the volume's: an append is buffered until `sync`, and the high watermark is
+//! the end of what has been synced, so a reader never sees a byte that a crash could take back.
+//! Recovery scans the active segment's batches by CRC and cuts a torn tail; closed segments
+//! were synced before they were closed and are trusted through their index.
+
+use std::io;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::batch::{BatchHeader, HEADER_LEN};
+use super::segment::{self, Segment};
+use crate::env::{Volume, VolumeFile, join};
+
+const PARTITION_STATE_FILE: &str = "partition.json";
+const PARTITION_STATE_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub index_interval_bytes: u64,
+    /// -1: keep forever.
+    pub retention_ms: i64,
+    /// -1: no size limit.
+    pub retention_bytes: i64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            index_interval_bytes: 4096,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum LogError {
+    Io(io::Error),
+    OffsetOutOfRange,
+    /// Stored data failed a check it cannot fail unless the volume lost or changed bytes.
+    Corrupt(String),
+}
+
+impl From<io::Error> for LogError {
+    fn from(e: io::Error) -> Self {
+        LogError::Io(e)
+    }
+}
+
+impl std::fmt::Display for LogError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogError::Io(e) => write!(f, "i/o error: {e}"),
+            LogError::OffsetOutOfRange => write!(f, "offset out of range"),
+            LogError::Corrupt(what) => write!(f, "corrupt log: {what}"),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct PartitionState {
+    format_version: u32,
+    log_start_offset: i64,
+}
+
+/// Bytes of whole batches read from one segment.
+#[derive(Debug, Default)]
+pub struct ReadResult {
+    pub records: Bytes,
+}
+
+pub struct PartitionLog<V: Volume> {
+    volume: V,
+    dir: String,
+    /// Sorted by base offset; the last is the active segment. Never empty.
+    segments: Vec<Segment<V::File>>,
+    log_start_offset: i64,
+    high_watermark: i64,
+    config: LogConfig,
+}
+
+impl<V: Volume> PartitionLog<V> {
+    /// Opens the log in `dir`, creating it if absent, and recovers it: the active segment's torn
+    /// tail is cut, every synced batch is kept, and the high watermark is the recovered end.
+    pub async fn open(volume: V, dir: &str, config: LogConfig) -> Result<Self, LogError> {
+        volume.create_dir_all(dir).await?;
+        let mut bases: Vec<i64> = volume
+            .list(dir)
+            .await?
+            .iter()
+            .filter_map(|n| segment::parse_log_name(n))
+            .collect();
+        bases.sort_unstable();
+        let persisted_start = read_state(&volume, dir).await?;
+        if bases.is_empty() {
+            bases.push(persisted_start.unwrap_or(0));
+        }
+        let last = bases.len() - 1;
+        let mut segments = Vec::with_capacity(bases.len());
+        for (i, &base) in bases.iter().enumerate() {
+            let file = segment::open_file(&volume, dir, base).await?;
+            let mut seg = Segment::new_loaded(base, file);
+            let index = volume.read(&join(dir, &segment::index_name(base))).await?;
+            let trusted = i != last && index.is_some_and(|raw| seg.load_index(&raw));
+            if !trusted {
+                let scan = seg.scan(config.index_interval_bytes).await?;
+                if scan.valid_len < scan.file_len {
+                    if i != last {
+                        return Err(LogError::Corrupt(format!(
+                            "{dir}/{}: invalid batch at position {} of {} in a closed segment",
+                            segment::log_name(base),
+                            scan.valid_len,
+                            scan.file_len
+                        )));
+                    }
+                    tracing::warn!(
+                        dir,
+                        base,
+                        valid = scan.valid_len,
+                        len = scan.file_len,
+                        "cutting torn log tail"
+                    );
+                    seg.file.truncate(scan.valid_len).await?;
+                }
+            }
+            if let Some(prev) = segments.last() {
+                let prev: &Segment<V::File> = prev;
+                if prev.next_offset != base {
+                    return Err(LogError::Corrupt(format!(
+                        "{dir}: segment {base} does not follow {}",
+                        prev.next_offset
+                    )));
+                }
+            }
+            segments.push(seg);
+        }
+        // What survived the crash is on disk; make it durable before anyone reads it.
+        let active = segments.last_mut().expect("at least one segment");
+        active.file.sync().await?;
+        active.durable_len = active.size();
+        let log_end_offset = active.next_offset;
+        let first_base = segments[0].base_offset;
+        let log_start_offset = persisted_start
+            .unwrap_or(first_base)
+            .max(first_base)
+            .min(log_end_offset);
+        let log = PartitionLog {
+            volume,
+            dir: dir.to_string(),
+            segments,
+            log_start_offset,
+            high_watermark: log_end_offset,
+            config,
+        };
+        log.check_invariants();
+        Ok(log)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size()).sum()
+    }
+
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    fn active(&self) -> &Segment<V::File> {
+        self.segments.last().expect("at least one segment")
+    }
+
+    /// Appends one producer batch at the log end offset; not durable until `sync`. Returns the
+    /// assigned base offset.
+    pub async fn append(&mut self, header: &BatchHeader, data: Bytes) -> Result<i64, LogError> {
+        let base_offset = self.log_end_offset();
+        let data = super::batch::with_base_offset(&data, base_offset);
+        let header = BatchHeader {
+            base_offset,
+            ..*header
+        };
+        let active = self.active();
+        if active.size() > 0 && active.size() + data.len() as u64 > self.config.segment_bytes {
+            self.roll().await?;
+        }
+        let interval = self.config.index_interval_bytes;
+        self.segments
+            .last_mut()
+            .expect("active")
+            .append(&header, data, interval)
+            .await?;
+        Ok(base_offset)
+    }
+
+    /// Closes the active segment (synced, index persisted) and opens a new one at the log end.
+    async fn roll(&mut self) -> Result<(), LogError> {
+        self.sync().await?;
+        let active = self.active();
+        let index = active.encode_index();
+        let index_path = join(&self.dir, &segment::index_name(active.base_offset));
+        self.volume.write_atomic(&index_path, index).await?;
+        let base = self.log_end_offset();
+        let file = segment::open_file(&self.volume, &self.dir, base).await?;
+        self.segments.push(Segment::new_empty(base, file));
+        Ok(())
+    }
+
+    /// Makes every appended batch durable and advances the high watermark to the log end.
+    pub async fn sync(&mut self) -> Result<(), LogError> {
+        let active = self.segments.last_mut().expect("active");
+        if active.durable_len < active.size() {
+            active.file.sync().await?;
+            active.durable_len = active.size();
+        }
+        self.high_watermark = self.log_end_offset();
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// Whole batches starting with the one containing `offset`, up to `max_bytes` (but always
+    /// the first batch whole, as Kafka does since KIP-74), never past the high watermark.
+    pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, LogError> {
+        if offset < self.log_start_offset || offset > self.high_watermark {
+            return Err(LogError::OffsetOutOfRange);
+        }
+        if offset == self.high_watermark {
+            return Ok(ReadResult::default());
+        }
+        let mut at = self
+            .segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1);
+        loop {
+            let seg = &self.segments[at];
+            let limit = seg.durable_len;
+            let position = seg.position_of(offset, limit).await?;
+            if position < limit {
+                return read_batches(seg, position, limit, max_bytes).await;
+            }
+            at += 1;
+            if at == self.segments.len() {
+                return Ok(ReadResult::default());
+            }
+        }
+    }
+
+    /// The base offset of the first batch with a timestamp at or after `timestamp`, or `None`.
+    pub async fn offset_for_time(&self, timestamp: i64) -> Result<Option<i64>, LogError> {
+        for seg in &self.segments {
+            let limit = seg.durable_len;
+            if let Some(offset) = seg.offset_for_time(timestamp, limit).await? {
+                return Ok(Some(offset.max(self.log_start_offset)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The largest timestamp in the log and the base offset of its batch (ListOffsets -3).
+    pub fn max_timestamp(&self) -> i64 {
+        self.segments
+            .iter()
+            .map(|s| s.max_timestamp)
+            .max()
+            .unwrap_or(-1)
+    }
+
+    /// Moves the log start offset forward (DeleteRecords). `offset` -1 means the high watermark.
+    pub async fn delete_records(&mut self, offset: i64) -> Result<i64, LogError> {
+        let offset = if offset == -1 {
+            self.high_watermark
+        } else {
+            offset
+        };
+        if offset < 0 || offset > self.high_watermark {
+            return Err(LogError::OffsetOutOfRange);
+        }
+        if offset > self.log_start_offset {
+            self.set_log_start_offset(offset).await?;
+            self.delete_segments_below_start().await?;
+        }
+        Ok(self.log_start_offset)
+    }
+
+    async fn set_log_start_offset(&mut self, offset: i64) -> Result<(), LogError> {
+        assert!(
+            offset >= self.log_start_offset,
+            "the log start offset only moves forward"
+        );
+        let state = PartitionState {
+            format_version: PARTITION_STATE_VERSION,
+            log_start_offset: offset,
+        };
+        let raw = serde_json::to_vec(&state).expect("serialisable");
+        self.volume
+            .write_atomic(&join(&self.dir, PARTITION_STATE_FILE), Bytes::from(raw))
+            .await?;
+        self.log_start_offset = offset;
+        Ok(())
+    }
+
+    /// Removes closed segments entirely below the log start offset.
+    async fn delete_segments_below_start(&mut self) -> Result<(), LogError> {
+        while self.segments.len() > 1 && self.segments[0].next_offset <= self.log_start_offset {
+            self.remove_oldest_segment().await?;
+        }
+        Ok(())
+    }
+
+    async fn remove_oldest_segment(&mut self) -> Result<(), LogError> {
+        assert!(
+            self.segments.len() > 1,
+            "the active segment is never removed"
+        );
+        let seg = self.segments.remove(0);
+        self.volume
+            .remove_file(&join(&self.dir, &segment::log_name(seg.base_offset)))
+            .await?;
+        self.volume
+            .remove_file(&join(&self.dir, &segment::index_name(seg.base_offset)))
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes closed segments past `retention.ms` (by their largest timestamp) or beyond
+    /// `retention.bytes`, oldest first, moving the log start offset with them.
+    pub async fn enforce_retention(&mut self, now_ms: i64) -> Result<(), LogError> {
+        loop {
+            if self.segments.len() < 2 {
+                break;
+            }
+            let oldest = &self.segments[0];
+            let expired = self.config.retention_ms >= 0
+                && oldest.max_timestamp >= 0
+                && now_ms - oldest.max_timestamp > self.config.retention_ms;
+            let oversize = self.config.retention_bytes >= 0
+                && self.size_bytes().saturating_sub(oldest.size())
+                    >= self.config.retention_bytes as u64;
+            if !expired && !oversize {
+                break;
+            }
+            let next = oldest.next_offset;
+            if next > self.log_start_offset {
+                self.set_log_start_offset(next).await?;
+            }
+            self.remove_oldest_segment().await?;
+        }
+        Ok(())
+    }
+
+    fn check_invariants(&self) {
+        assert!(!self.segments.is_empty());
+        assert!(
+            self.log_start_offset <= self.high_watermark,
+            "log start {} > hwm {}",
+            self.log_start_offset,
+            self.high_watermark
+        );
+        assert!(self.high_watermark <= self.log_end_offset());
+        debug_assert!(
+            self.segments
+                .windows(2)
+                .all(|w| w[0].next_offset == w[1].base_offset)
+        );
+    }
+}
+
+async fn read_state<V: Volume>(volume: &V, dir: &str) -> Result<Option<i64>, LogError> {
+    let Some(raw) = volume.read(&join(dir, PARTITION_STATE_FILE)).await? else {
+        return Ok(None);
+    };
+    let state: PartitionState = serde_json::from_slice(&raw)
+        .map_err(|e| LogError::Corrupt(format!("{dir}/{PARTITION_STATE_FILE}: {e}")))?;
+    if state.format_version != PARTITION_STATE_VERSION {
+        return Err(LogError::Corrupt(format!(
+            "{dir}/{PARTITION_STATE_FILE}: unknown format version {}",
+            state.format_version
+        )));
+    }
+    Ok(Some(state.log_start_offset))
+}
+
+async fn read_batches<F: VolumeFile>(
+    seg: &Segment<F>,
+    position: u64,
+    limit: u64,
+    max_bytes: usize,
+) -> Result<ReadResult, LogError> {
+    let first = seg.file.read_at(position, HEADER_LEN).await?;
+    let header = BatchHeader::parse(&first)
+        .map_err(|_| LogError::Corrupt(format!("batch header at {position}")))?;
+    let available = (limit - position) as usize;
+    let len = max_bytes.max(header.total_len()).min(available);
+    let data = seg.file.read_at(position, len).await?;
+    // Keep whole batches only.
+    let mut end = 0;
+    while end + HEADER_LEN <= data.len() {
+        let Ok(h) = BatchHeader::parse(&data[end..]) else {
+            break;
+        };
+        if end + h.total_len() > data.len() {
+            break;
+        }
+        end += h.total_len();
+    }
+    assert!(
+        end > 0 || data.len() < header.total_len(),
+        "the first batch is always returned whole"
+    );
+    Ok(ReadResult {
+        records: data.slice(..end),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::real::{RealRng, RealVolume};
+    use crate::env::{Rng, Volume};
+    use crate::log::batch::{self, tests::make_batch};
+
+    fn scratch() -> RealVolume {
+        let dir =
+            std::env::temp_dir().join(format!("kaas-log-test-{:x}", RealRng::default().next_u64()));
+        RealVolume::new(dir)
+    }
+
+    async fn append(log: &mut PartitionLog<RealVolume>, count: i32, ts: i64) -> i64 {
+        let data = make_batch(0, count, ts);
+        let header = batch::check(&data).unwrap();
+        log.append(&header, data).await.unwrap()
+    }
+
+    fn small() -> LogConfig {
+        LogConfig {
+            segment_bytes: 300,
+            index_interval_bytes: 100,
+            ..LogConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn appends_are_invisible_until_synced_and_survive_reopen() {
+        let volume = scratch();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", small())
+            .await
+            .unwrap();
+        for i in 0..20 {
+            assert_eq!(append(&mut log, 3, 1000 + i).await, i * 3);
+        }
+        // Rolls sync the closed segment; the active one's tail stays invisible until synced.
+        let hwm = log.high_watermark();
+        assert!(hwm < 60, "hwm {hwm}");
+        assert!(log.read(hwm, 1 << 20).await.unwrap().records.is_empty());
+        log.sync().await.unwrap();
+        assert_eq!(log.high_watermark(), 60);
+        let segments = volume
+            .list("t-0")
+            .await
+            .unwrap()
+            .iter()
+            .filter(|n| n.ends_with(".log"))
+            .count();
+        assert!(segments > 3, "small segments roll: {segments}");
+        drop(log);
+        let log = PartitionLog::open(volume.clone(), "t-0", small())
+            .await
+            .unwrap();
+        assert_eq!(log.high_watermark(), 60);
+        for offset in [0, 1, 29, 31, 59] {
+            let read = log.read(offset, 1).await.unwrap();
+            let header = batch::check(&read.records).unwrap();
+            assert!(
+                header.base_offset <= offset && offset <= header.last_offset(),
+                "offset {offset}"
+            );
+        }
+        assert_eq!(log.offset_for_time(1010).await.unwrap(), Some(30));
+        assert_eq!(log.offset_for_time(5000).await.unwrap(), None);
+        assert!(matches!(
+            log.read(61, 100).await,
+            Err(LogError::OffsetOutOfRange)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_torn_tail_is_cut_and_synced_batches_are_kept() {
+        let volume = scratch();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default())
+            .await
+            .unwrap();
+        append(&mut log, 2, 1).await;
+        append(&mut log, 2, 2).await;
+        log.sync().await.unwrap();
+        drop(log);
+        // A crash mid-append leaves half a batch behind.
+        let file = volume.open("t-0/00000000000000000000.log").await.unwrap();
+        let torn = make_batch(4, 5, 3);
+        file.append(torn.slice(..torn.len() / 2)).await.unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default())
+            .await
+            .unwrap();
+        assert_eq!(log.high_watermark(), 4);
+        assert_eq!(append(&mut log, 1, 4).await, 4);
+        log.sync().await.unwrap();
+        assert_eq!(log.high_watermark(), 5);
+    }
+
+    #[tokio::test]
+    async fn delete_records_and_retention_move_the_log_start() {
+        let volume = scratch();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", small())
+            .await
+            .unwrap();
+        for i in 0..20 {
+            append(&mut log, 3, 1000 + i).await;
+        }
+        log.sync().await.unwrap();
+        assert_eq!(log.delete_records(31).await.unwrap(), 31);
+        assert!(matches!(
+            log.read(30, 10).await,
+            Err(LogError::OffsetOutOfRange)
+        ));
+        assert!(matches!(
+            log.delete_records(61).await,
+            Err(LogError::OffsetOutOfRange)
+        ));
+        drop(log);
+        let mut log = PartitionLog::open(volume.clone(), "t-0", small())
+            .await
+            .unwrap();
+        assert_eq!(log.log_start_offset(), 31);
+        log.set_config(LogConfig {
+            retention_ms: 100,
+            ..small()
+        });
+        log.enforce_retention(1125).await.unwrap();
+        assert!(log.log_start_offset() > 31);
+        assert_eq!(log.high_watermark(), 60);
+    }
+}

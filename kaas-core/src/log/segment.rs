@@ -1,0 +1,320 @@
+//! One segment of a partition log: a `.log` file of whole batches starting at `base_offset`,
+//! and a sparse in-memory offset index that is persisted as `.index` when the segment is rolled.
+//!
+//! The `.index` file of a closed segment carries the segment's size, next offset and largest
+//! timestamp, and a CRC; a segment whose index is missing, torn or disagrees with the log is
+//! rebuilt by scanning its batch headers, so the index is a cache and never the truth.
+
+use std::io;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::batch::{self, BatchError, BatchHeader, HEADER_LEN};
+use crate::env::{Volume, VolumeFile};
+
+/// One sparse index entry: the batch starting at `position` begins at or before `offset`'s
+/// batch; `max_timestamp` is the largest timestamp of every batch before this point and this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub offset: i64,
+    pub position: u64,
+    pub max_timestamp: i64,
+}
+
+const INDEX_FORMAT_VERSION: u16 = 1;
+/// Size of one scan read during recovery.
+const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+pub fn log_name(base_offset: i64) -> String {
+    format!("{base_offset:020}.log")
+}
+
+pub fn index_name(base_offset: i64) -> String {
+    format!("{base_offset:020}.index")
+}
+
+/// Parses "00000000000000000042.log" into 42.
+pub fn parse_log_name(name: &str) -> Option<i64> {
+    let stem = name.strip_suffix(".log")?;
+    if stem.len() != 20 || !stem.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+pub struct Segment<F> {
+    pub base_offset: i64,
+    pub file: F,
+    index: Vec<IndexEntry>,
+    bytes_since_index_entry: u64,
+    /// One past the last offset in the segment (== base_offset when empty).
+    pub next_offset: i64,
+    /// Largest batch max_timestamp in the segment (-1 when empty).
+    pub max_timestamp: i64,
+    /// Bytes known durable: the whole file for a closed segment, the last sync for the active one.
+    pub durable_len: u64,
+}
+
+/// What a recovery scan of a segment found.
+pub struct ScanOutcome {
+    /// Bytes of valid batches from the start; anything after is torn or corrupt.
+    pub valid_len: u64,
+    pub file_len: u64,
+}
+
+impl<F: VolumeFile> Segment<F> {
+    pub fn new_empty(base_offset: i64, file: F) -> Self {
+        assert_eq!(file.len(), 0, "a new segment starts empty");
+        Segment {
+            base_offset,
+            file,
+            index: Vec::new(),
+            bytes_since_index_entry: 0,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            durable_len: 0,
+        }
+    }
+
+    /// A segment found on the volume; `scan` or `load_index` fills in the rest.
+    pub fn new_loaded(base_offset: i64, file: F) -> Self {
+        Segment {
+            base_offset,
+            file,
+            index: Vec::new(),
+            bytes_since_index_entry: 0,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            durable_len: 0,
+        }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.file.len()
+    }
+
+    /// Appends one batch whose base offset is already assigned.
+    pub async fn append(
+        &mut self,
+        header: &BatchHeader,
+        data: Bytes,
+        index_interval_bytes: u64,
+    ) -> io::Result<()> {
+        assert_eq!(
+            header.base_offset, self.next_offset,
+            "batches are appended in offset order"
+        );
+        assert_eq!(header.total_len(), data.len());
+        let len = data.len() as u64;
+        let position = self.file.append(data).await?;
+        self.note_batch(header, position, len, index_interval_bytes);
+        Ok(())
+    }
+
+    fn note_batch(
+        &mut self,
+        header: &BatchHeader,
+        position: u64,
+        len: u64,
+        index_interval_bytes: u64,
+    ) {
+        self.max_timestamp = self.max_timestamp.max(header.max_timestamp);
+        if self.index.is_empty() || self.bytes_since_index_entry >= index_interval_bytes {
+            self.index.push(IndexEntry {
+                offset: header.base_offset,
+                position,
+                max_timestamp: self.max_timestamp,
+            });
+            self.bytes_since_index_entry = 0;
+        }
+        self.bytes_since_index_entry += len;
+        self.next_offset = header.next_offset();
+    }
+
+    /// Rebuilds the index by scanning every batch, checking each CRC. Stops at the first batch
+    /// that is torn or corrupt and reports where the valid prefix ends.
+    pub async fn scan(&mut self, index_interval_bytes: u64) -> io::Result<ScanOutcome> {
+        self.index.clear();
+        self.bytes_since_index_entry = 0;
+        self.next_offset = self.base_offset;
+        self.max_timestamp = -1;
+        let file_len = self.file.len();
+        let mut position = 0u64;
+        let mut buffer = BytesMut::new();
+        let mut buffer_start = 0u64;
+        loop {
+            let in_buffer = (position - buffer_start) as usize;
+            let available = &buffer[in_buffer..];
+            let need = match BatchHeader::parse(available) {
+                Ok(h) if available.len() >= h.total_len() => None,
+                Ok(h) => Some(h.total_len()),
+                Err(BatchError::Corrupt) if available.len() < HEADER_LEN => Some(HEADER_LEN),
+                Err(_) => break,
+            };
+            if let Some(need) = need {
+                if position + need as u64 > file_len {
+                    break; // a torn tail
+                }
+                let read = need
+                    .max(SCAN_CHUNK_BYTES)
+                    .min((file_len - position) as usize);
+                let data = self.file.read_at(position, read).await?;
+                if data.len() < need {
+                    break; // the file is shorter than its length said: treat as torn
+                }
+                buffer = BytesMut::from(&data[..]);
+                buffer_start = position;
+                continue;
+            }
+            let Ok(header) = batch::check(available) else {
+                break;
+            };
+            if header.base_offset != self.next_offset {
+                break; // offsets are contiguous within a segment, starting at its base
+            }
+            let len = header.total_len() as u64;
+            self.note_batch(&header, position, len, index_interval_bytes);
+            position += len;
+        }
+        self.durable_len = position;
+        Ok(ScanOutcome {
+            valid_len: position,
+            file_len,
+        })
+    }
+
+    /// The position of the batch containing `offset`, or the end of the valid data if no batch
+    /// does. Requires `base_offset <= offset`.
+    pub async fn position_of(&self, offset: i64, limit: u64) -> io::Result<u64> {
+        debug_assert!(offset >= self.base_offset);
+        let at = self.index.partition_point(|e| e.offset <= offset);
+        let mut position = if at == 0 {
+            0
+        } else {
+            self.index[at - 1].position
+        };
+        while position < limit {
+            let raw = self.file.read_at(position, HEADER_LEN).await?;
+            let header = BatchHeader::parse(&raw).map_err(|_| corrupt(position))?;
+            if header.next_offset() > offset {
+                return Ok(position);
+            }
+            position += header.total_len() as u64;
+        }
+        Ok(limit)
+    }
+
+    /// The first batch (its base offset) whose max timestamp is at least `timestamp`.
+    pub async fn offset_for_time(&self, timestamp: i64, limit: u64) -> io::Result<Option<i64>> {
+        if self.max_timestamp < timestamp {
+            return Ok(None);
+        }
+        // Start from the last index entry whose running max is still below the target.
+        let at = self.index.partition_point(|e| e.max_timestamp < timestamp);
+        let mut position = if at == 0 {
+            0
+        } else {
+            self.index[at - 1].position
+        };
+        while position < limit {
+            let raw = self.file.read_at(position, HEADER_LEN).await?;
+            let header = BatchHeader::parse(&raw).map_err(|_| corrupt(position))?;
+            if header.max_timestamp >= timestamp {
+                return Ok(Some(header.base_offset));
+            }
+            position += header.total_len() as u64;
+        }
+        Ok(None)
+    }
+
+    pub fn encode_index(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_u16(INDEX_FORMAT_VERSION);
+        b.put_u64(self.size());
+        b.put_i64(self.next_offset);
+        b.put_i64(self.max_timestamp);
+        b.put_u32(self.index.len() as u32);
+        for e in &self.index {
+            b.put_i64(e.offset);
+            b.put_u64(e.position);
+            b.put_i64(e.max_timestamp);
+        }
+        let crc = crc32c::crc32c(&b);
+        b.put_u32(crc);
+        b.freeze()
+    }
+
+    /// Loads a persisted index if it is intact and matches the log file; false otherwise.
+    pub fn load_index(&mut self, raw: &[u8]) -> bool {
+        let Some(decoded) = decode_index(raw) else {
+            return false;
+        };
+        if decoded.size != self.size()
+            || decoded.entries.first().map(|e| e.offset) != Some(self.base_offset)
+        {
+            return false;
+        }
+        self.index = decoded.entries;
+        self.next_offset = decoded.next_offset;
+        self.max_timestamp = decoded.max_timestamp;
+        self.durable_len = decoded.size;
+        self.bytes_since_index_entry = 0;
+        true
+    }
+}
+
+struct DecodedIndex {
+    size: u64,
+    next_offset: i64,
+    max_timestamp: i64,
+    entries: Vec<IndexEntry>,
+}
+
+fn decode_index(raw: &[u8]) -> Option<DecodedIndex> {
+    if raw.len() < 2 + 8 + 8 + 8 + 4 + 4 {
+        return None;
+    }
+    let (body, crc) = raw.split_at(raw.len() - 4);
+    if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().ok()?) {
+        return None;
+    }
+    let mut b = body;
+    if b.get_u16() != INDEX_FORMAT_VERSION {
+        return None;
+    }
+    let size = b.get_u64();
+    let next_offset = b.get_i64();
+    let max_timestamp = b.get_i64();
+    let count = b.get_u32() as usize;
+    if b.remaining() != count * 24 {
+        return None;
+    }
+    let mut entries = Vec::with_capacity(count);
+    for _ in 0..count {
+        entries.push(IndexEntry {
+            offset: b.get_i64(),
+            position: b.get_u64(),
+            max_timestamp: b.get_i64(),
+        });
+    }
+    Some(DecodedIndex {
+        size,
+        next_offset,
+        max_timestamp,
+        entries,
+    })
+}
+
+fn corrupt(position: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("corrupt batch header at position {position}"),
+    )
+}
+
+/// Opens (creating if needed) the segment file `name` in `dir`.
+pub async fn open_file<V: Volume>(volume: &V, dir: &str, base_offset: i64) -> io::Result<V::File> {
+    volume
+        .open(&crate::env::join(dir, &log_name(base_offset)))
+        .await
+}
