@@ -1,1 +1,11 @@
-//! kaas-net
+//! kaas-net: the Kafka wire protocol in front of kaas-core. Framing, one module per API under
+//! `api/`, connection handling and the accept loop. Kafka wire types stop here: handlers
+//! translate them into kaas-core commands and core errors back into Kafka error codes.
+
+pub mod api;
+pub mod connection;
+pub mod error;
+pub mod frame;
+pub mod server;
+
+pub use server::{Server, ShutdownSignal};

@@ -1,1 +1,88 @@
-fn main() {}
+//! The `kaas` binary: parses the command line, wires the real env, serves until SIGTERM/SIGINT,
+//! then stops accepting, closes connections and syncs every partition before exiting.
+
+mod cli;
+
+use kaas_core::Broker;
+use kaas_core::env::real::RealEnv;
+use kaas_core::env::{Env, Listener, Net};
+use kaas_net::Server;
+use tokio::sync::watch;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = match cli::parse(&args) {
+        Ok(command) => command,
+        Err(e) => {
+            eprintln!("kaas: {e}\n\n{}", cli::USAGE);
+            std::process::exit(2);
+        }
+    };
+    let serve = match command {
+        cli::Command::Help => {
+            print!("{}", cli::USAGE);
+            return;
+        }
+        cli::Command::Serve(serve) => serve,
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = runtime.block_on(run(serve)) {
+        tracing::error!("{e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: cli::ServeArgs) -> Result<(), String> {
+    let file_text = match &args.config_file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?),
+        None => None,
+    };
+    std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("{}: {e}", args.data_dir))?;
+    let env = RealEnv::new(&args.data_dir);
+    let listener = env
+        .net()
+        .bind(&args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let config = cli::broker_config(&args, file_text.as_deref(), &bound)?;
+    let broker = Broker::start(env, config.clone())
+        .await
+        .map_err(|e| format!("cannot start the broker: {e}"))?;
+    tracing::info!(
+        listen = %bound,
+        advertised = %format!("{}:{}", config.advertised_host, config.advertised_port),
+        data_dir = %args.data_dir,
+        broker_id = config.broker_id,
+        "kaas is serving"
+    );
+    let (stop, stopped) = watch::channel(false);
+    let server = tokio::spawn(Server::new(broker.clone(), listener).run(stopped));
+    wait_for_signal().await;
+    tracing::info!("shutting down: closing connections and syncing partitions");
+    let _ = stop.send(true);
+    let _ = server.await;
+    broker.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        biased;
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

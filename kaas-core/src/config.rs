@@ -1,0 +1,238 @@
+//! Broker configuration under Kafka's own names (`num.partitions`, `log.segment.bytes`, ...),
+//! set from `--set name=value` and properties files, and the per-topic overrides layered on it.
+
+use std::collections::BTreeMap;
+
+use crate::log::LogConfig;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerConfig {
+    pub broker_id: i32,
+    /// Host and port clients are told to connect to.
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub cluster_id: String,
+    pub auto_create_topics_enable: bool,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub log_segment_bytes: u64,
+    pub log_index_interval_bytes: u64,
+    pub log_retention_ms: i64,
+    pub log_retention_bytes: i64,
+    pub log_retention_check_interval_ms: u64,
+    pub message_max_bytes: i32,
+    pub socket_request_max_bytes: usize,
+    pub group_initial_rebalance_delay_ms: i64,
+    pub group_min_session_timeout_ms: i32,
+    pub group_max_session_timeout_ms: i32,
+    pub group_max_size: usize,
+    pub delete_topic_enable: bool,
+    /// Every `name=value` given, for DescribeConfigs.
+    pub explicit: BTreeMap<String, String>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            broker_id: 0,
+            advertised_host: "127.0.0.1".into(),
+            advertised_port: 9092,
+            cluster_id: "kaas-cluster".into(),
+            auto_create_topics_enable: true,
+            num_partitions: 1,
+            default_replication_factor: 1,
+            log_segment_bytes: 1 << 30,
+            log_index_interval_bytes: 4096,
+            log_retention_ms: 7 * 24 * 3600 * 1000,
+            log_retention_bytes: -1,
+            log_retention_check_interval_ms: 300_000,
+            message_max_bytes: 1_048_588,
+            socket_request_max_bytes: 104_857_600,
+            group_initial_rebalance_delay_ms: 3000,
+            group_min_session_timeout_ms: 6000,
+            group_max_session_timeout_ms: 1_800_000,
+            group_max_size: 1000,
+            delete_topic_enable: true,
+            explicit: BTreeMap::new(),
+        }
+    }
+}
+
+fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, String> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid value {value:?} for {name}"))
+}
+
+impl BrokerConfig {
+    /// Applies one Kafka-named setting. Unknown names are kept (DescribeConfigs shows them)
+    /// but change nothing, so a Kafka properties file can be reused as it is.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        match name {
+            "broker.id" | "node.id" => self.broker_id = parse(name, value)?,
+            "auto.create.topics.enable" => self.auto_create_topics_enable = parse(name, value)?,
+            "num.partitions" => {
+                self.num_partitions = parse(name, value)?;
+                if self.num_partitions < 1 {
+                    return Err("num.partitions must be at least 1".into());
+                }
+            }
+            "default.replication.factor" => self.default_replication_factor = parse(name, value)?,
+            "log.segment.bytes" => self.log_segment_bytes = parse(name, value)?,
+            "log.index.interval.bytes" => self.log_index_interval_bytes = parse(name, value)?,
+            "log.retention.ms" => self.log_retention_ms = parse(name, value)?,
+            "log.retention.minutes" => self.log_retention_ms = parse::<i64>(name, value)? * 60_000,
+            "log.retention.hours" => self.log_retention_ms = parse::<i64>(name, value)? * 3_600_000,
+            "log.retention.bytes" => self.log_retention_bytes = parse(name, value)?,
+            "log.retention.check.interval.ms" => {
+                self.log_retention_check_interval_ms = parse(name, value)?
+            }
+            "message.max.bytes" => self.message_max_bytes = parse(name, value)?,
+            "socket.request.max.bytes" => self.socket_request_max_bytes = parse(name, value)?,
+            "group.initial.rebalance.delay.ms" => {
+                self.group_initial_rebalance_delay_ms = parse(name, value)?
+            }
+            "group.min.session.timeout.ms" => {
+                self.group_min_session_timeout_ms = parse(name, value)?
+            }
+            "group.max.session.timeout.ms" => {
+                self.group_max_session_timeout_ms = parse(name, value)?
+            }
+            "group.max.size" => self.group_max_size = parse(name, value)?,
+            "delete.topic.enable" => self.delete_topic_enable = parse(name, value)?,
+            "cluster.id" => self.cluster_id = value.to_string(),
+            _ => tracing::warn!(
+                name,
+                "unknown configuration name: kept, but it changes nothing"
+            ),
+        }
+        self.explicit.insert(name.to_string(), value.to_string());
+        Ok(())
+    }
+
+    /// Parses a Java properties file's `name=value` lines (`#`/`!` comments, blank lines).
+    pub fn apply_properties(&mut self, text: &str) -> Result<(), String> {
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+                continue;
+            }
+            let Some((name, value)) = line.split_once(['=', ':']) else {
+                return Err(format!("line {}: expected name=value", n + 1));
+            };
+            self.set(name.trim(), value.trim())?;
+        }
+        Ok(())
+    }
+
+    /// The broker-level defaults of every topic config kaas understands, by topic config name.
+    pub fn topic_defaults(&self) -> BTreeMap<&'static str, String> {
+        let mut m = BTreeMap::new();
+        m.insert("cleanup.policy", "delete".to_string());
+        m.insert("compression.type", "producer".to_string());
+        m.insert(
+            "index.interval.bytes",
+            self.log_index_interval_bytes.to_string(),
+        );
+        m.insert("max.message.bytes", self.message_max_bytes.to_string());
+        m.insert("message.timestamp.type", "CreateTime".to_string());
+        m.insert("min.insync.replicas", "1".to_string());
+        m.insert("retention.bytes", self.log_retention_bytes.to_string());
+        m.insert("retention.ms", self.log_retention_ms.to_string());
+        m.insert("segment.bytes", self.log_segment_bytes.to_string());
+        m
+    }
+
+    /// The log settings of a topic: its overrides on top of the broker defaults.
+    pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
+        let get = |name: &str| overrides.get(name).and_then(|v| v.parse::<i64>().ok());
+        LogConfig {
+            segment_bytes: get("segment.bytes")
+                .map(|v| v.max(1024) as u64)
+                .unwrap_or(self.log_segment_bytes),
+            index_interval_bytes: get("index.interval.bytes")
+                .map(|v| v.max(0) as u64)
+                .unwrap_or(self.log_index_interval_bytes),
+            retention_ms: get("retention.ms").unwrap_or(self.log_retention_ms),
+            retention_bytes: get("retention.bytes").unwrap_or(self.log_retention_bytes),
+        }
+    }
+}
+
+/// Checks a topic config override's name and value; the error text goes to the client.
+pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
+    let numeric = |min: i64| -> Result<(), String> {
+        match value.trim().parse::<i64>() {
+            Ok(v) if v >= min => Ok(()),
+            _ => Err(format!("Invalid value {value} for configuration {name}")),
+        }
+    };
+    match name {
+        "retention.ms" | "retention.bytes" => numeric(-1),
+        "segment.bytes" => numeric(14),
+        "index.interval.bytes"
+        | "max.message.bytes"
+        | "min.insync.replicas"
+        | "segment.ms"
+        | "flush.ms"
+        | "flush.messages" => numeric(0),
+        "cleanup.policy" => match value {
+            "delete" | "compact" | "compact,delete" | "delete,compact" => Ok(()),
+            _ => Err(format!("Invalid value {value} for configuration {name}")),
+        },
+        "message.timestamp.type" => match value {
+            "CreateTime" | "LogAppendTime" => Ok(()),
+            _ => Err(format!("Invalid value {value} for configuration {name}")),
+        },
+        "compression.type" => match value {
+            "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
+            _ => Err(format!("Invalid value {value} for configuration {name}")),
+        },
+        _ if KNOWN_TOPIC_CONFIGS.contains(&name) => Ok(()),
+        _ => Err(format!("Unknown topic config name: {name}")),
+    }
+}
+
+/// Topic config names Apache Kafka accepts; kaas stores them even where it does not act on them.
+const KNOWN_TOPIC_CONFIGS: &[&str] = &[
+    "delete.retention.ms",
+    "file.delete.delay.ms",
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "local.retention.bytes",
+    "local.retention.ms",
+    "max.compaction.lag.ms",
+    "message.downconversion.enable",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.difference.max.ms",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "preallocate",
+    "remote.storage.enable",
+    "segment.index.bytes",
+    "segment.jitter.ms",
+    "unclean.leader.election.enable",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_names_set_fields_and_properties_files_parse() {
+        let mut c = BrokerConfig::default();
+        c.apply_properties(
+            "# comment\nnum.partitions=6\n\nlog.retention.hours = 1\nunknown.thing=1\n",
+        )
+        .unwrap();
+        assert_eq!(c.num_partitions, 6);
+        assert_eq!(c.log_retention_ms, 3_600_000);
+        assert!(c.set("num.partitions", "zero").is_err());
+        let overrides = BTreeMap::from([("segment.bytes".to_string(), "2048".to_string())]);
+        assert_eq!(c.log_config(&overrides).segment_bytes, 2048);
+        assert!(validate_topic_config("retention.ms", "-2").is_err());
+        assert!(validate_topic_config("no.such", "1").is_err());
+    }
+}

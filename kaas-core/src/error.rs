@@ -1,0 +1,75 @@
+//! The errors kaas-core answers with. kaas-net maps each to one Kafka error code in one place;
+//! nothing here knows the wire. Each says whether its effect is unknown (a retry may find the
+//! operation done) or none (nothing happened), which is what the simulator's checker needs.
+
+use crate::log::batch::BatchError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoreError {
+    // Topics and partitions.
+    UnknownTopicOrPartition,
+    TopicAlreadyExists,
+    InvalidTopic(String),
+    InvalidPartitions(String),
+    InvalidReplicationFactor(String),
+    InvalidConfig(String),
+    TopicDeletionDisabled,
+    // The log.
+    OffsetOutOfRange,
+    CorruptMessage,
+    UnsupportedForMessageFormat,
+    InvalidRecord,
+    MessageTooLarge,
+    /// The volume failed; the effect of a write that got this is unknown.
+    Storage(String),
+    // Groups.
+    CoordinatorNotAvailable,
+    InvalidGroupId,
+    InvalidSessionTimeout,
+    InconsistentGroupProtocol,
+    UnknownMemberId,
+    IllegalGeneration,
+    RebalanceInProgress,
+    /// JoinGroup v4+ from a new member: rejoin with this member id.
+    MemberIdRequired(String),
+    FencedInstanceId,
+    GroupMaxSizeReached,
+    GroupIdNotFound,
+    NonEmptyGroup,
+    /// The request is well-formed but not valid here.
+    InvalidRequest(String),
+}
+
+impl CoreError {
+    /// True when a request that got this error may nevertheless have taken effect.
+    pub fn effect_unknown(&self) -> bool {
+        matches!(self, CoreError::Storage(_))
+    }
+}
+
+impl From<BatchError> for CoreError {
+    fn from(e: BatchError) -> Self {
+        match e {
+            BatchError::Corrupt => CoreError::CorruptMessage,
+            BatchError::UnsupportedMagic => CoreError::UnsupportedForMessageFormat,
+            BatchError::InvalidRecord => CoreError::InvalidRecord,
+        }
+    }
+}
+
+impl From<crate::log::LogError> for CoreError {
+    fn from(e: crate::log::LogError) -> Self {
+        match e {
+            crate::log::LogError::OffsetOutOfRange => CoreError::OffsetOutOfRange,
+            other => CoreError::Storage(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for CoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+pub type CoreResult<T> = Result<T, CoreError>;

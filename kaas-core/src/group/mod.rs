@@ -1,0 +1,525 @@
+//! The group coordinator actor: every classic consumer group of this broker and their
+//! committed offsets. Membership lives in memory (members rejoin after a restart, as they do
+//! after a coordinator move in Kafka); committed offsets are durable before they are acked, one
+//! atomically replaced file per group under `__cluster/groups/`.
+
+pub mod offsets;
+pub mod state;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Duration, Instant};
+
+use crate::config::BrokerConfig;
+use crate::env::{Clock, Env, Rng, Spawner};
+use crate::error::{CoreError, CoreResult};
+pub use offsets::CommittedOffset;
+use offsets::OffsetStore;
+use state::{Group, JoinAction, Reply};
+pub use state::{GroupState, JoinOutcome, JoinRequest, SyncOutcome};
+
+const QUEUE_CAPACITY: usize = 1024;
+/// How long the actor sleeps when no group has a deadline.
+const IDLE_TICK_MS: u64 = 1000;
+
+pub type TopicPartition = (String, i32);
+
+#[derive(Debug, Clone)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub group_id: String,
+    /// None: the group does not exist (Kafka describes it as Dead).
+    pub state: Option<GroupState>,
+    pub protocol_type: String,
+    pub protocol_name: String,
+    pub members: Vec<MemberDescription>,
+}
+
+pub struct GroupListing {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: GroupState,
+}
+
+pub struct CommitRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub generation_id: i32,
+    pub offsets: Vec<(TopicPartition, CommittedOffset)>,
+}
+
+enum Command {
+    Join(
+        String,
+        JoinRequest,
+        oneshot::Sender<CoreResult<JoinOutcome>>,
+    ),
+    Sync {
+        group_id: String,
+        member_id: String,
+        instance: Option<String>,
+        generation_id: i32,
+        assignments: Vec<(String, Bytes)>,
+        reply: oneshot::Sender<CoreResult<SyncOutcome>>,
+    },
+    Heartbeat {
+        group_id: String,
+        member_id: String,
+        instance: Option<String>,
+        generation_id: i32,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    Leave {
+        group_id: String,
+        members: Vec<(String, Option<String>)>,
+        reply: oneshot::Sender<CoreResult<Vec<CoreResult<()>>>>,
+    },
+    Commit(CommitRequest, oneshot::Sender<CoreResult<()>>),
+    Fetch {
+        group_id: String,
+        partitions: Option<Vec<TopicPartition>>,
+        reply: oneshot::Sender<Vec<(TopicPartition, Option<CommittedOffset>)>>,
+    },
+    Describe(Vec<String>, oneshot::Sender<Vec<GroupDescription>>),
+    List(oneshot::Sender<Vec<GroupListing>>),
+    Delete(Vec<String>, oneshot::Sender<Vec<(String, CoreResult<()>)>>),
+}
+
+#[derive(Clone)]
+pub struct GroupsHandle {
+    tx: mpsc::Sender<Command>,
+}
+
+fn gone<T>() -> CoreResult<T> {
+    Err(CoreError::CoordinatorNotAvailable)
+}
+
+impl GroupsHandle {
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(make(reply)).await.ok()?;
+        rx.await.ok()
+    }
+
+    pub async fn join(&self, group_id: String, request: JoinRequest) -> CoreResult<JoinOutcome> {
+        self.ask(|r| Command::Join(group_id, request, r))
+            .await
+            .unwrap_or_else(gone)
+    }
+
+    pub async fn sync(
+        &self,
+        group_id: String,
+        member_id: String,
+        instance: Option<String>,
+        generation_id: i32,
+        assignments: Vec<(String, Bytes)>,
+    ) -> CoreResult<SyncOutcome> {
+        self.ask(|reply| Command::Sync {
+            group_id,
+            member_id,
+            instance,
+            generation_id,
+            assignments,
+            reply,
+        })
+        .await
+        .unwrap_or_else(gone)
+    }
+
+    pub async fn heartbeat(
+        &self,
+        group_id: String,
+        member_id: String,
+        instance: Option<String>,
+        generation_id: i32,
+    ) -> CoreResult<()> {
+        self.ask(|reply| Command::Heartbeat {
+            group_id,
+            member_id,
+            instance,
+            generation_id,
+            reply,
+        })
+        .await
+        .unwrap_or_else(gone)
+    }
+
+    pub async fn leave(
+        &self,
+        group_id: String,
+        members: Vec<(String, Option<String>)>,
+    ) -> CoreResult<Vec<CoreResult<()>>> {
+        self.ask(|reply| Command::Leave {
+            group_id,
+            members,
+            reply,
+        })
+        .await
+        .unwrap_or_else(gone)
+    }
+
+    pub async fn commit(&self, request: CommitRequest) -> CoreResult<()> {
+        self.ask(|r| Command::Commit(request, r))
+            .await
+            .unwrap_or_else(gone)
+    }
+
+    pub async fn fetch(
+        &self,
+        group_id: String,
+        partitions: Option<Vec<TopicPartition>>,
+    ) -> CoreResult<Vec<(TopicPartition, Option<CommittedOffset>)>> {
+        self.ask(|reply| Command::Fetch {
+            group_id,
+            partitions,
+            reply,
+        })
+        .await
+        .ok_or(CoreError::CoordinatorNotAvailable)
+    }
+
+    pub async fn describe(&self, group_ids: Vec<String>) -> CoreResult<Vec<GroupDescription>> {
+        self.ask(|r| Command::Describe(group_ids, r))
+            .await
+            .ok_or(CoreError::CoordinatorNotAvailable)
+    }
+
+    pub async fn list(&self) -> CoreResult<Vec<GroupListing>> {
+        self.ask(Command::List)
+            .await
+            .ok_or(CoreError::CoordinatorNotAvailable)
+    }
+
+    pub async fn delete(
+        &self,
+        group_ids: Vec<String>,
+    ) -> CoreResult<Vec<(String, CoreResult<()>)>> {
+        self.ask(|r| Command::Delete(group_ids, r))
+            .await
+            .ok_or(CoreError::CoordinatorNotAvailable)
+    }
+}
+
+struct GroupCoordinator<E: Env> {
+    env: E,
+    config: Arc<BrokerConfig>,
+    groups: BTreeMap<String, Group>,
+    offsets: OffsetStore<E::Volume>,
+    parked_joins: BTreeMap<(String, String), oneshot::Sender<CoreResult<JoinOutcome>>>,
+    parked_syncs: BTreeMap<(String, String), oneshot::Sender<CoreResult<SyncOutcome>>>,
+}
+
+/// Loads committed offsets and starts the coordinator.
+pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<GroupsHandle> {
+    let offsets = OffsetStore::load(env.volume().clone()).await?;
+    let mut coordinator = GroupCoordinator {
+        env: env.clone(),
+        config,
+        groups: BTreeMap::new(),
+        offsets,
+        parked_joins: BTreeMap::new(),
+        parked_syncs: BTreeMap::new(),
+    };
+    for group_id in coordinator.offsets.group_ids() {
+        coordinator.group_mut(&group_id);
+    }
+    let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+    env.spawner().spawn("groups", coordinator.run(rx));
+    Ok(GroupsHandle { tx })
+}
+
+impl<E: Env> GroupCoordinator<E> {
+    fn group_mut(&mut self, group_id: &str) -> &mut Group {
+        let delay = self.config.group_initial_rebalance_delay_ms;
+        self.groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(group_id.to_string(), delay))
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+        loop {
+            let deadline = self
+                .groups
+                .values()
+                .filter_map(Group::next_deadline)
+                .min()
+                .unwrap_or_else(|| Instant::now() + Duration::from_millis(IDLE_TICK_MS));
+            let command = tokio::select! {
+                biased;
+                command = rx.recv() => command,
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.tick();
+                    continue;
+                }
+            };
+            let Some(command) = command else { return };
+            self.handle(command).await;
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let mut replies = Vec::new();
+        for group in self.groups.values_mut() {
+            let mut group_replies = Vec::new();
+            group.tick(now, &mut group_replies);
+            group.check_invariants();
+            replies.extend(
+                group_replies
+                    .into_iter()
+                    .map(|r| (group.group_id.clone(), r)),
+            );
+        }
+        self.deliver(replies);
+    }
+
+    fn deliver(&mut self, replies: Vec<(String, Reply)>) {
+        for (group_id, reply) in replies {
+            match reply {
+                Reply::Join(member_id, result) => {
+                    if let Some(tx) = self.parked_joins.remove(&(group_id, member_id)) {
+                        let _ = tx.send(result);
+                    }
+                }
+                Reply::Sync(member_id, result) => {
+                    if let Some(tx) = self.parked_syncs.remove(&(group_id, member_id)) {
+                        let _ = tx.send(result);
+                    }
+                }
+            }
+        }
+    }
+
+    fn validate_join(&self, group_id: &str, req: &JoinRequest) -> CoreResult<()> {
+        if group_id.is_empty() {
+            return Err(CoreError::InvalidGroupId);
+        }
+        let c = &self.config;
+        if req.session_timeout_ms < c.group_min_session_timeout_ms
+            || req.session_timeout_ms > c.group_max_session_timeout_ms
+        {
+            return Err(CoreError::InvalidSessionTimeout);
+        }
+        if let Some(g) = self.groups.get(group_id) {
+            if req.member_id.is_empty() && g.members.len() >= c.group_max_size {
+                return Err(CoreError::GroupMaxSizeReached);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle(&mut self, command: Command) {
+        let now = Instant::now();
+        match command {
+            Command::Join(group_id, request, reply) => {
+                if let Err(e) = self.validate_join(&group_id, &request) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                if !request.member_id.is_empty() && !self.groups.contains_key(&group_id) {
+                    let _ = reply.send(Err(CoreError::UnknownMemberId));
+                    return;
+                }
+                let unique = self.env.rng().next_u64();
+                let mut replies = Vec::new();
+                let group = self.group_mut(&group_id);
+                let action = group.join(request, now, unique, &mut replies);
+                group.check_invariants();
+                match action {
+                    JoinAction::Done(result) => drop(reply.send(result)),
+                    JoinAction::Parked { member_id } => {
+                        // A join parked twice (a client retry) answers the older one as replaced.
+                        if let Some(old) = self
+                            .parked_joins
+                            .insert((group_id.clone(), member_id), reply)
+                        {
+                            let _ = old.send(Err(CoreError::UnknownMemberId));
+                        }
+                    }
+                }
+                self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
+            }
+            Command::Sync {
+                group_id,
+                member_id,
+                instance,
+                generation_id,
+                assignments,
+                reply,
+            } => {
+                let Some(group) = self.groups.get_mut(&group_id) else {
+                    let _ = reply.send(Err(CoreError::UnknownMemberId));
+                    return;
+                };
+                let mut replies = Vec::new();
+                let answer = group.sync(
+                    &member_id,
+                    instance.as_deref(),
+                    generation_id,
+                    assignments,
+                    now,
+                    &mut replies,
+                );
+                group.check_invariants();
+                match answer {
+                    Some(result) => drop(reply.send(result)),
+                    None => {
+                        self.parked_syncs
+                            .insert((group_id.clone(), member_id), reply);
+                    }
+                }
+                self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
+            }
+            Command::Heartbeat {
+                group_id,
+                member_id,
+                instance,
+                generation_id,
+                reply,
+            } => {
+                let result = match self.groups.get_mut(&group_id) {
+                    Some(group) => {
+                        group.heartbeat(&member_id, instance.as_deref(), generation_id, now)
+                    }
+                    None => Err(CoreError::UnknownMemberId),
+                };
+                let _ = reply.send(result);
+            }
+            Command::Leave {
+                group_id,
+                members,
+                reply,
+            } => {
+                let Some(group) = self.groups.get_mut(&group_id) else {
+                    let _ = reply.send(Err(CoreError::UnknownMemberId));
+                    return;
+                };
+                let mut replies = Vec::new();
+                let results = members
+                    .iter()
+                    .map(|(id, instance)| group.leave(id, instance.as_deref(), now, &mut replies))
+                    .collect();
+                group.check_invariants();
+                let _ = reply.send(Ok(results));
+                self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
+            }
+            Command::Commit(request, reply) => {
+                let _ = reply.send(self.commit(request, now).await);
+            }
+            Command::Fetch {
+                group_id,
+                partitions,
+                reply,
+            } => {
+                let _ = reply.send(self.offsets.fetch(&group_id, partitions));
+            }
+            Command::Describe(group_ids, reply) => {
+                let _ = reply.send(group_ids.iter().map(|id| self.describe(id)).collect());
+            }
+            Command::List(reply) => {
+                let listing = self
+                    .groups
+                    .values()
+                    .map(|g| GroupListing {
+                        group_id: g.group_id.clone(),
+                        protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                        state: g.state,
+                    })
+                    .collect();
+                let _ = reply.send(listing);
+            }
+            Command::Delete(group_ids, reply) => {
+                let mut results = Vec::new();
+                for id in group_ids {
+                    let result = self.delete(&id).await;
+                    results.push((id, result));
+                }
+                let _ = reply.send(results);
+            }
+        }
+    }
+
+    async fn commit(&mut self, request: CommitRequest, now: Instant) -> CoreResult<()> {
+        if request.group_id.is_empty() {
+            return Err(CoreError::InvalidGroupId);
+        }
+        let group = self.group_mut(&request.group_id);
+        group.check_commit(
+            &request.member_id,
+            request.group_instance_id.as_deref(),
+            request.generation_id,
+        )?;
+        group.touch(&request.member_id, now);
+        let now_ms = self.env.clock().now_ms();
+        self.offsets
+            .commit(&request.group_id, request.offsets, now_ms)
+            .await
+    }
+
+    fn describe(&self, group_id: &str) -> GroupDescription {
+        let Some(g) = self.groups.get(group_id) else {
+            return GroupDescription {
+                group_id: group_id.to_string(),
+                state: None,
+                protocol_type: String::new(),
+                protocol_name: String::new(),
+                members: Vec::new(),
+            };
+        };
+        let protocol_name = g.protocol_name.clone().unwrap_or_default();
+        let stable = g.state == GroupState::Stable;
+        let members = g
+            .members
+            .values()
+            .map(|m| MemberDescription {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                metadata: m
+                    .protocols
+                    .iter()
+                    .find(|(n, _)| *n == protocol_name)
+                    .map(|(_, b)| b.clone())
+                    .unwrap_or_default(),
+                assignment: if stable {
+                    m.assignment.clone()
+                } else {
+                    Bytes::new()
+                },
+            })
+            .collect();
+        GroupDescription {
+            group_id: group_id.to_string(),
+            state: Some(g.state),
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol_name: if stable { protocol_name } else { String::new() },
+            members,
+        }
+    }
+
+    async fn delete(&mut self, group_id: &str) -> CoreResult<()> {
+        match self.groups.get(group_id) {
+            None => return Err(CoreError::GroupIdNotFound),
+            Some(g) if !g.is_empty() => return Err(CoreError::NonEmptyGroup),
+            Some(_) => {}
+        }
+        self.offsets.delete_group(group_id).await?;
+        self.groups.remove(group_id);
+        Ok(())
+    }
+}

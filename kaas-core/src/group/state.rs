@@ -1,0 +1,763 @@
+//! One classic consumer group (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) as a pure state
+//! machine: time is passed in, answers to parked requests come back as `Reply` values, and the
+//! actor in `mod.rs` owns the channels and the disk.
+//!
+//! ```text
+//!              join                     all joined / rebalance timeout
+//!   Empty ───────────▶ PreparingRebalance ─────────────────────────▶ CompletingRebalance
+//!     ▲                 ▲    ▲     │ (no member left)                       │ leader's SyncGroup
+//!     │                 │    │     ▼                                        ▼
+//!     └─────────────────┼────┼── Empty ◀── last member leaves ──────────  Stable
+//!                       │    └──── join / leave / session expiry ───────────┘
+//!                       └───────── join / leave / session expiry (CompletingRebalance)
+//! ```
+//! Dead is not a state here: a deleted group is removed from the coordinator's map.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use tokio::time::{Duration, Instant};
+
+use crate::error::{CoreError, CoreResult};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+        }
+    }
+}
+
+/// The one place legal transitions are written down.
+pub fn transition_valid(from: GroupState, to: GroupState) -> bool {
+    use GroupState::*;
+    matches!(
+        (from, to),
+        (Empty, PreparingRebalance)
+            | (PreparingRebalance, CompletingRebalance)
+            | (PreparingRebalance, Empty)
+            | (CompletingRebalance, Stable)
+            | (CompletingRebalance, PreparingRebalance)
+            | (CompletingRebalance, Empty)
+            | (Stable, PreparingRebalance)
+            | (Stable, Empty)
+    )
+}
+
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    /// (protocol name, subscription metadata), in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    pub assignment: Bytes,
+    pub awaiting_join: bool,
+    pub awaiting_sync: bool,
+    pub last_heard: Instant,
+}
+
+impl Member {
+    fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(n, _)| n == protocol)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JoinOutcome {
+    pub generation_id: i32,
+    pub protocol_type: String,
+    pub protocol_name: String,
+    pub leader: String,
+    pub member_id: String,
+    /// Every member's subscription, for the leader only: (member id, instance id, metadata).
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncOutcome {
+    pub protocol_type: String,
+    pub protocol_name: String,
+    pub assignment: Bytes,
+}
+
+/// An answer to a parked JoinGroup or SyncGroup.
+#[derive(Debug)]
+pub enum Reply {
+    Join(String, CoreResult<JoinOutcome>),
+    Sync(String, CoreResult<SyncOutcome>),
+}
+
+pub struct JoinRequest {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+: a new dynamic member must first learn its id and come back with it.
+    pub require_known_member_id: bool,
+}
+
+/// What a JoinGroup leads to.
+pub enum JoinAction {
+    /// Parked until the join phase completes; `Reply::Join` answers it.
+    Parked {
+        member_id: String,
+    },
+    Done(CoreResult<JoinOutcome>),
+}
+
+pub struct Group {
+    pub group_id: String,
+    pub state: GroupState,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    /// Member ids handed out by MEMBER_ID_REQUIRED and not yet used.
+    pending_members: BTreeMap<String, Instant>,
+    static_members: BTreeMap<String, String>,
+    /// When the join phase ends even if some members have not rejoined.
+    join_deadline: Option<Instant>,
+    /// The initial-delay window of an empty group's first rebalance.
+    initial_delay_until: Option<Instant>,
+    initial_delay: Duration,
+    member_counter: u64,
+}
+
+impl Group {
+    pub fn new(group_id: String, initial_delay_ms: i64) -> Self {
+        Group {
+            group_id,
+            state: GroupState::Empty,
+            generation_id: 0,
+            protocol_type: None,
+            protocol_name: None,
+            leader: None,
+            members: BTreeMap::new(),
+            pending_members: BTreeMap::new(),
+            static_members: BTreeMap::new(),
+            join_deadline: None,
+            initial_delay_until: None,
+            initial_delay: Duration::from_millis(initial_delay_ms.max(0) as u64),
+            member_counter: 0,
+        }
+    }
+
+    fn transition(&mut self, to: GroupState) {
+        assert!(
+            transition_valid(self.state, to),
+            "group {}: illegal transition {:?} -> {to:?}",
+            self.group_id,
+            self.state
+        );
+        self.state = to;
+    }
+
+    fn new_member_id(&mut self, client_id: &str, unique: u64) -> String {
+        self.member_counter += 1;
+        format!("{client_id}-{:016x}{:08x}", unique, self.member_counter)
+    }
+
+    /// The next instant at which `tick` has work to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let sessions = self
+            .members
+            .values()
+            .filter(|m| !m.awaiting_join)
+            .map(|m| m.last_heard + Duration::from_millis(m.session_timeout_ms.max(0) as u64));
+        let pending = self.pending_members.values().copied();
+        sessions.chain(pending).chain(self.join_deadline).min()
+    }
+
+    fn check_protocols(
+        &self,
+        protocol_type: &str,
+        protocols: &[(String, Bytes)],
+    ) -> CoreResult<()> {
+        if protocol_type.is_empty() || protocols.is_empty() {
+            return Err(CoreError::InconsistentGroupProtocol);
+        }
+        if self.members.is_empty() {
+            return Ok(());
+        }
+        if self.protocol_type.as_deref() != Some(protocol_type) {
+            return Err(CoreError::InconsistentGroupProtocol);
+        }
+        // Every member must share at least one protocol with the newcomer.
+        let shared = protocols.iter().any(|(name, _)| {
+            self.members
+                .values()
+                .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+        });
+        if shared {
+            Ok(())
+        } else {
+            Err(CoreError::InconsistentGroupProtocol)
+        }
+    }
+
+    pub fn join(
+        &mut self,
+        req: JoinRequest,
+        now: Instant,
+        unique: u64,
+        replies: &mut Vec<Reply>,
+    ) -> JoinAction {
+        if let Err(e) = self.check_protocols(&req.protocol_type, &req.protocols) {
+            return JoinAction::Done(Err(e));
+        }
+        if req.member_id.is_empty() {
+            return self.join_new_member(req, now, unique, replies);
+        }
+        if let Some(instance) = &req.group_instance_id {
+            if let Some(current) = self.static_members.get(instance) {
+                if *current != req.member_id {
+                    return JoinAction::Done(Err(CoreError::FencedInstanceId));
+                }
+            }
+        }
+        if self.pending_members.remove(&req.member_id).is_some() {
+            let member_id = req.member_id.clone();
+            self.add_member(member_id.clone(), req, now, replies);
+            return JoinAction::Parked { member_id };
+        }
+        let Some(member) = self.members.get_mut(&req.member_id) else {
+            return JoinAction::Done(Err(CoreError::UnknownMemberId));
+        };
+        member.last_heard = now;
+        let changed = member.protocols != req.protocols;
+        member.protocols = req.protocols;
+        member.session_timeout_ms = req.session_timeout_ms;
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms;
+        let member_id = req.member_id;
+        match self.state {
+            GroupState::PreparingRebalance => {
+                self.members
+                    .get_mut(&member_id)
+                    .expect("member")
+                    .awaiting_join = true;
+                self.maybe_complete_join(now, replies);
+            }
+            GroupState::CompletingRebalance | GroupState::Stable => {
+                let is_leader = self.leader.as_deref() == Some(member_id.as_str());
+                if changed || (self.state == GroupState::Stable && is_leader) {
+                    self.members
+                        .get_mut(&member_id)
+                        .expect("member")
+                        .awaiting_join = true;
+                    self.prepare_rebalance(now, replies);
+                } else {
+                    // A resent join of the current generation: answer it again.
+                    return JoinAction::Done(Ok(self.join_outcome(&member_id)));
+                }
+            }
+            GroupState::Empty => unreachable!("an empty group has no members"),
+        }
+        JoinAction::Parked { member_id }
+    }
+
+    fn join_new_member(
+        &mut self,
+        req: JoinRequest,
+        now: Instant,
+        unique: u64,
+        replies: &mut Vec<Reply>,
+    ) -> JoinAction {
+        let member_id = self.new_member_id(&req.client_id, unique);
+        if let Some(instance) = req.group_instance_id.clone() {
+            if let Some(old) = self.static_members.get(&instance).cloned() {
+                // A static member restarted: the new id takes the old one's place and
+                // assignment, without a rebalance when nothing else changed.
+                let mut member = self
+                    .members
+                    .remove(&old)
+                    .expect("static member is a member");
+                if member.awaiting_join {
+                    replies.push(Reply::Join(old.clone(), Err(CoreError::FencedInstanceId)));
+                }
+                if member.awaiting_sync {
+                    replies.push(Reply::Sync(old.clone(), Err(CoreError::FencedInstanceId)));
+                }
+                let changed = member.protocols != req.protocols;
+                member.member_id = member_id.clone();
+                member.protocols = req.protocols;
+                member.last_heard = now;
+                member.awaiting_sync = false;
+                member.awaiting_join = false;
+                member.session_timeout_ms = req.session_timeout_ms;
+                member.rebalance_timeout_ms = req.rebalance_timeout_ms;
+                self.members.insert(member_id.clone(), member);
+                self.static_members.insert(instance, member_id.clone());
+                if self.leader.as_deref() == Some(old.as_str()) {
+                    self.leader = Some(member_id.clone());
+                }
+                if self.state == GroupState::Stable && !changed {
+                    return JoinAction::Done(Ok(self.join_outcome(&member_id)));
+                }
+                self.members
+                    .get_mut(&member_id)
+                    .expect("member")
+                    .awaiting_join = true;
+                if self.state == GroupState::PreparingRebalance {
+                    self.maybe_complete_join(now, replies);
+                } else {
+                    self.prepare_rebalance(now, replies);
+                }
+                return JoinAction::Parked { member_id };
+            }
+            self.add_member(member_id.clone(), req, now, replies);
+            return JoinAction::Parked { member_id };
+        }
+        if req.require_known_member_id {
+            let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+            self.pending_members
+                .insert(member_id.clone(), now + session);
+            return JoinAction::Done(Err(CoreError::MemberIdRequired(member_id)));
+        }
+        self.add_member(member_id.clone(), req, now, replies);
+        JoinAction::Parked { member_id }
+    }
+
+    fn add_member(
+        &mut self,
+        member_id: String,
+        req: JoinRequest,
+        now: Instant,
+        replies: &mut Vec<Reply>,
+    ) {
+        if self.members.is_empty() {
+            self.protocol_type = Some(req.protocol_type.clone());
+        }
+        if let Some(instance) = &req.group_instance_id {
+            self.static_members
+                .insert(instance.clone(), member_id.clone());
+        }
+        self.members.insert(
+            member_id.clone(),
+            Member {
+                member_id: member_id.clone(),
+                group_instance_id: req.group_instance_id,
+                client_id: req.client_id,
+                client_host: req.client_host,
+                session_timeout_ms: req.session_timeout_ms,
+                rebalance_timeout_ms: req.rebalance_timeout_ms,
+                protocols: req.protocols,
+                assignment: Bytes::new(),
+                awaiting_join: true,
+                awaiting_sync: false,
+                last_heard: now,
+            },
+        );
+        if self.state == GroupState::PreparingRebalance {
+            // A newcomer during the initial delay extends it, up to the rebalance timeout.
+            if let Some(until) = self.initial_delay_until {
+                let extended = (now + self.initial_delay).min(self.join_deadline.unwrap_or(until));
+                self.initial_delay_until = Some(extended.max(until));
+            }
+            self.maybe_complete_join(now, replies);
+        } else {
+            self.prepare_rebalance(now, replies);
+        }
+    }
+
+    fn prepare_rebalance(&mut self, now: Instant, replies: &mut Vec<Reply>) {
+        // Members waiting on SyncGroup of the generation being abandoned must rejoin.
+        for member in self.members.values_mut() {
+            if member.awaiting_sync {
+                member.awaiting_sync = false;
+                replies.push(Reply::Sync(
+                    member.member_id.clone(),
+                    Err(CoreError::RebalanceInProgress),
+                ));
+            }
+        }
+        let rebalance_ms = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout_ms.max(0) as u64)
+            .max()
+            .unwrap_or(0);
+        self.join_deadline = Some(now + Duration::from_millis(rebalance_ms));
+        self.initial_delay_until =
+            if self.state == GroupState::Empty && !self.initial_delay.is_zero() {
+                Some(now + self.initial_delay)
+            } else {
+                None
+            };
+        self.transition(GroupState::PreparingRebalance);
+        self.maybe_complete_join(now, replies);
+    }
+
+    /// Ends the join phase once every member has rejoined (after the initial delay), or once
+    /// the rebalance timeout passes, dropping the members that did not rejoin.
+    fn maybe_complete_join(&mut self, now: Instant, replies: &mut Vec<Reply>) {
+        if self.state != GroupState::PreparingRebalance {
+            return;
+        }
+        let timed_out = self.join_deadline.is_some_and(|d| now >= d);
+        let delaying = self.initial_delay_until.is_some_and(|d| now < d);
+        let all_joined = self.members.values().all(|m| m.awaiting_join);
+        if !(timed_out || (all_joined && !delaying && self.pending_members.is_empty())) {
+            return;
+        }
+        if timed_out {
+            let gone: Vec<String> = self
+                .members
+                .values()
+                .filter(|m| !m.awaiting_join)
+                .map(|m| m.member_id.clone())
+                .collect();
+            for member_id in gone {
+                self.remove_member(&member_id);
+            }
+            self.pending_members.clear();
+        }
+        self.join_deadline = None;
+        self.initial_delay_until = None;
+        self.generation_id += 1;
+        if self.members.is_empty() {
+            self.protocol_name = None;
+            self.leader = None;
+            self.transition(GroupState::Empty);
+            return;
+        }
+        self.protocol_name = Some(self.select_protocol());
+        if self
+            .leader
+            .as_ref()
+            .is_none_or(|l| !self.members.contains_key(l))
+        {
+            self.leader = self.members.keys().next().cloned();
+        }
+        self.transition(GroupState::CompletingRebalance);
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for member_id in ids {
+            let outcome = self.join_outcome(&member_id);
+            let member = self.members.get_mut(&member_id).expect("member");
+            member.awaiting_join = false;
+            member.last_heard = now;
+            replies.push(Reply::Join(member_id, Ok(outcome)));
+        }
+    }
+
+    /// The protocol every member supports that most members prefer (Kafka's vote).
+    fn select_protocol(&self) -> String {
+        let first = self.members.values().next().expect("a member");
+        let candidates: Vec<&String> = first
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(p, _)| p == *n))
+            })
+            .collect();
+        let mut votes: BTreeMap<&String, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some((name, _)) = m.protocols.iter().find(|(p, _)| candidates.contains(&p)) {
+                *votes.entry(name).or_default() += 1;
+            }
+        }
+        let best = candidates.iter().max_by_key(|n| {
+            (
+                votes.get(*n).copied().unwrap_or(0),
+                std::cmp::Reverse(candidates.iter().position(|c| c == *n)),
+            )
+        });
+        best.map(|s| (*s).clone())
+            .unwrap_or_else(|| first.protocols[0].0.clone())
+    }
+
+    fn join_outcome(&self, member_id: &str) -> JoinOutcome {
+        let protocol_name = self.protocol_name.clone().unwrap_or_default();
+        let leader = self.leader.clone().unwrap_or_default();
+        let members = if leader == member_id {
+            self.members
+                .values()
+                .map(|m| {
+                    (
+                        m.member_id.clone(),
+                        m.group_instance_id.clone(),
+                        m.metadata_for(&protocol_name),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        JoinOutcome {
+            generation_id: self.generation_id,
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol_name,
+            leader,
+            member_id: member_id.to_string(),
+            members,
+        }
+    }
+
+    fn remove_member(&mut self, member_id: &str) -> Option<Member> {
+        let member = self.members.remove(member_id)?;
+        if let Some(instance) = &member.group_instance_id {
+            if self.static_members.get(instance).map(String::as_str) == Some(member_id) {
+                self.static_members.remove(instance);
+            }
+        }
+        if self.leader.as_deref() == Some(member_id) {
+            self.leader = None;
+        }
+        Some(member)
+    }
+
+    /// Validates a member of the current generation (SyncGroup, Heartbeat, OffsetCommit).
+    fn check_member(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+    ) -> CoreResult<()> {
+        if let Some(instance) = instance {
+            if let Some(current) = self.static_members.get(instance) {
+                if current != member_id {
+                    return Err(CoreError::FencedInstanceId);
+                }
+            }
+        }
+        if !self.members.contains_key(member_id) {
+            return Err(CoreError::UnknownMemberId);
+        }
+        if generation_id != self.generation_id {
+            return Err(CoreError::IllegalGeneration);
+        }
+        Ok(())
+    }
+
+    /// SyncGroup: the leader's assignments complete the rebalance. Followers park until then.
+    pub fn sync(
+        &mut self,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+        assignments: Vec<(String, Bytes)>,
+        now: Instant,
+        replies: &mut Vec<Reply>,
+    ) -> Option<CoreResult<SyncOutcome>> {
+        if let Err(e) = self.check_member(member_id, instance, generation_id) {
+            return Some(Err(e));
+        }
+        self.members.get_mut(member_id).expect("member").last_heard = now;
+        match self.state {
+            GroupState::Empty => Some(Err(CoreError::UnknownMemberId)),
+            GroupState::PreparingRebalance => Some(Err(CoreError::RebalanceInProgress)),
+            GroupState::Stable => Some(Ok(self.sync_outcome(member_id))),
+            GroupState::CompletingRebalance => {
+                self.members
+                    .get_mut(member_id)
+                    .expect("member")
+                    .awaiting_sync = true;
+                if self.leader.as_deref() == Some(member_id) {
+                    let assigned: BTreeMap<String, Bytes> = assignments.into_iter().collect();
+                    for member in self.members.values_mut() {
+                        member.assignment =
+                            assigned.get(&member.member_id).cloned().unwrap_or_default();
+                    }
+                    self.transition(GroupState::Stable);
+                    let waiting: Vec<String> = self
+                        .members
+                        .values()
+                        .filter(|m| m.awaiting_sync)
+                        .map(|m| m.member_id.clone())
+                        .collect();
+                    for id in waiting {
+                        self.members.get_mut(&id).expect("member").awaiting_sync = false;
+                        replies.push(Reply::Sync(id.clone(), Ok(self.sync_outcome(&id))));
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn sync_outcome(&self, member_id: &str) -> SyncOutcome {
+        SyncOutcome {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol_name: self.protocol_name.clone().unwrap_or_default(),
+            assignment: self
+                .members
+                .get(member_id)
+                .map(|m| m.assignment.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn heartbeat(
+        &mut self,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+        now: Instant,
+    ) -> CoreResult<()> {
+        if self.state == GroupState::Empty {
+            return Err(CoreError::UnknownMemberId);
+        }
+        if let Err(e) = self.check_member(member_id, instance, generation_id) {
+            return Err(e);
+        }
+        self.members.get_mut(member_id).expect("member").last_heard = now;
+        match self.state {
+            GroupState::PreparingRebalance => Err(CoreError::RebalanceInProgress),
+            _ => Ok(()),
+        }
+    }
+
+    /// LeaveGroup for one member (by id, or by instance id for static members).
+    pub fn leave(
+        &mut self,
+        member_id: &str,
+        instance: Option<&str>,
+        now: Instant,
+        replies: &mut Vec<Reply>,
+    ) -> CoreResult<()> {
+        let member_id = match instance {
+            Some(instance) => match self.static_members.get(instance) {
+                Some(current) if member_id.is_empty() || current == member_id => current.clone(),
+                Some(_) => return Err(CoreError::FencedInstanceId),
+                None => return Err(CoreError::UnknownMemberId),
+            },
+            None => member_id.to_string(),
+        };
+        if self.pending_members.remove(&member_id).is_some() {
+            return Ok(());
+        }
+        let Some(member) = self.remove_member(&member_id) else {
+            return Err(CoreError::UnknownMemberId);
+        };
+        if member.awaiting_join {
+            replies.push(Reply::Join(
+                member_id.clone(),
+                Err(CoreError::UnknownMemberId),
+            ));
+        }
+        if member.awaiting_sync {
+            replies.push(Reply::Sync(
+                member_id.clone(),
+                Err(CoreError::UnknownMemberId),
+            ));
+        }
+        self.after_member_removed(now, replies);
+        Ok(())
+    }
+
+    fn after_member_removed(&mut self, now: Instant, replies: &mut Vec<Reply>) {
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(now, replies)
+            }
+            GroupState::PreparingRebalance => self.maybe_complete_join(now, replies),
+            GroupState::Empty => {}
+        }
+    }
+
+    /// Expires members whose session lapsed and ends join phases past their deadline.
+    pub fn tick(&mut self, now: Instant, replies: &mut Vec<Reply>) {
+        self.pending_members.retain(|_, deadline| *deadline > now);
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| {
+                !m.awaiting_join
+                    && now
+                        >= m.last_heard + Duration::from_millis(m.session_timeout_ms.max(0) as u64)
+            })
+            .map(|m| m.member_id.clone())
+            .collect();
+        for member_id in expired {
+            tracing::info!(group = %self.group_id, member = %member_id, "member session expired");
+            if let Some(member) = self.remove_member(&member_id) {
+                if member.awaiting_sync {
+                    replies.push(Reply::Sync(member_id, Err(CoreError::UnknownMemberId)));
+                }
+            }
+            self.after_member_removed(now, replies);
+        }
+        self.maybe_complete_join(now, replies);
+    }
+
+    /// OffsetCommit's membership rule: an empty group accepts commits from anyone (generation
+    /// -1, as standalone consumers send); otherwise only from a member of this generation.
+    pub fn check_commit(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+    ) -> CoreResult<()> {
+        if generation_id < 0 && member_id.is_empty() && self.state == GroupState::Empty {
+            return Ok(());
+        }
+        if self.state == GroupState::Empty {
+            return Err(if member_id.is_empty() {
+                CoreError::IllegalGeneration
+            } else {
+                CoreError::UnknownMemberId
+            });
+        }
+        self.check_member(member_id, instance, generation_id)?;
+        if self.state == GroupState::CompletingRebalance {
+            return Err(CoreError::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.state == GroupState::Empty
+    }
+
+    pub fn touch(&mut self, member_id: &str, now: Instant) {
+        if let Some(m) = self.members.get_mut(member_id) {
+            m.last_heard = now;
+        }
+    }
+
+    pub fn check_invariants(&self) {
+        if let Some(leader) = &self.leader {
+            assert!(
+                self.members.contains_key(leader) || self.state == GroupState::PreparingRebalance,
+                "leader is a member"
+            );
+        }
+        if self.state == GroupState::Empty {
+            assert!(self.members.is_empty(), "an empty group has no members");
+        }
+        for (instance, id) in &self.static_members {
+            assert_eq!(
+                self.members
+                    .get(id)
+                    .and_then(|m| m.group_instance_id.as_deref()),
+                Some(instance.as_str())
+            );
+        }
+    }
+}

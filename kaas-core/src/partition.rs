@@ -1,0 +1,428 @@
+//! The partition actor: owns one partition's log and is the only writer of it. Appends from
+//! many connections queue here; the actor writes every queued append, syncs once, and only then
+//! answers them (group commit), so an ack always means the batch is durable.
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::env::{Clock, Env, Spawner};
+use crate::error::{CoreError, CoreResult};
+use crate::log::batch::BatchHeader;
+use crate::log::{LogConfig, PartitionLog};
+
+/// Commands queued per partition before senders wait.
+const QUEUE_CAPACITY: usize = 1024;
+/// Commands handled between two syncs at most, so acks are never starved by a busy queue.
+const GROUP_COMMIT_MAX: usize = 512;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Watermarks {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct AppendOutcome {
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+enum Command {
+    Append {
+        batches: Vec<(BatchHeader, Bytes)>,
+        reply: Option<oneshot::Sender<CoreResult<AppendOutcome>>>,
+    },
+    Read {
+        offset: i64,
+        max_bytes: usize,
+        reply: oneshot::Sender<CoreResult<Bytes>>,
+    },
+    OffsetForTime {
+        timestamp: i64,
+        reply: oneshot::Sender<CoreResult<Option<i64>>>,
+    },
+    MaxTimestamp {
+        reply: oneshot::Sender<i64>,
+    },
+    DeleteRecords {
+        offset: i64,
+        reply: oneshot::Sender<CoreResult<i64>>,
+    },
+    SetConfig(LogConfig),
+    EnforceRetention,
+    /// Syncs and stops; with `delete`, removes the partition's files first.
+    Stop {
+        delete: bool,
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// A cheap, cloneable way to talk to one partition actor.
+#[derive(Clone)]
+pub struct PartitionHandle {
+    tx: mpsc::Sender<Command>,
+    watermarks: watch::Receiver<Watermarks>,
+}
+
+fn stopped() -> CoreError {
+    CoreError::UnknownTopicOrPartition
+}
+
+impl PartitionHandle {
+    pub fn watermarks(&self) -> Watermarks {
+        *self.watermarks.borrow()
+    }
+
+    /// Queues an append. The returned receiver resolves once the batches are durable (or failed).
+    /// Queuing happens before this returns, so appends from one connection keep their order.
+    pub async fn append(
+        &self,
+        batches: Vec<(BatchHeader, Bytes)>,
+    ) -> oneshot::Receiver<CoreResult<AppendOutcome>> {
+        let (reply, rx) = oneshot::channel();
+        if let Err(mpsc::error::SendError(Command::Append {
+            reply: Some(reply), ..
+        })) = self
+            .tx
+            .send(Command::Append {
+                batches,
+                reply: Some(reply),
+            })
+            .await
+        {
+            let _ = reply.send(Err(stopped()));
+        }
+        rx
+    }
+
+    /// acks=0: append without an answer.
+    pub async fn append_unacknowledged(&self, batches: Vec<(BatchHeader, Bytes)>) {
+        let _ = self
+            .tx
+            .send(Command::Append {
+                batches,
+                reply: None,
+            })
+            .await;
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(make(reply)).await.ok()?;
+        rx.await.ok()
+    }
+
+    pub async fn read(&self, offset: i64, max_bytes: usize) -> CoreResult<Bytes> {
+        self.ask(|reply| Command::Read {
+            offset,
+            max_bytes,
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| Err(stopped()))
+    }
+
+    pub async fn offset_for_time(&self, timestamp: i64) -> CoreResult<Option<i64>> {
+        self.ask(|reply| Command::OffsetForTime { timestamp, reply })
+            .await
+            .unwrap_or_else(|| Err(stopped()))
+    }
+
+    pub async fn max_timestamp(&self) -> CoreResult<i64> {
+        self.ask(|reply| Command::MaxTimestamp { reply })
+            .await
+            .ok_or_else(stopped)
+    }
+
+    pub async fn delete_records(&self, offset: i64) -> CoreResult<i64> {
+        self.ask(|reply| Command::DeleteRecords { offset, reply })
+            .await
+            .unwrap_or_else(|| Err(stopped()))
+    }
+
+    pub async fn set_config(&self, config: LogConfig) {
+        let _ = self.tx.send(Command::SetConfig(config)).await;
+    }
+
+    pub async fn enforce_retention(&self) {
+        let _ = self.tx.send(Command::EnforceRetention).await;
+    }
+
+    /// Syncs and stops the actor; with `delete`, its files are removed too.
+    pub async fn stop(&self, delete: bool) {
+        self.ask(|reply| Command::Stop { delete, reply }).await;
+    }
+}
+
+struct PartitionActor<E: Env> {
+    env: E,
+    dir: String,
+    config: LogConfig,
+    /// None while the log could not be opened; every request then gets a storage error and the
+    /// next one retries the open.
+    log: Option<PartitionLog<E::Volume>>,
+    watermarks: watch::Sender<Watermarks>,
+    /// Bumped whenever any partition's high watermark moves: long-polling fetches wait on it.
+    data_version: watch::Sender<u64>,
+    max_message_bytes: usize,
+}
+
+/// Opens the partition at `dir` and starts its actor.
+pub async fn start<E: Env>(
+    env: &E,
+    dir: String,
+    config: LogConfig,
+    max_message_bytes: usize,
+    data_version: watch::Sender<u64>,
+) -> PartitionHandle {
+    let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+    let (watermarks, watermarks_rx) = watch::channel(Watermarks::default());
+    let mut actor = PartitionActor {
+        env: env.clone(),
+        dir,
+        config,
+        log: None,
+        watermarks,
+        data_version,
+        max_message_bytes,
+    };
+    actor.ensure_open().await;
+    env.spawner().spawn("partition", actor.run(rx));
+    PartitionHandle {
+        tx,
+        watermarks: watermarks_rx,
+    }
+}
+
+impl<E: Env> PartitionActor<E> {
+    async fn ensure_open(&mut self) -> Option<&mut PartitionLog<E::Volume>> {
+        if self.log.is_none() {
+            match PartitionLog::open(self.env.volume().clone(), &self.dir, self.config).await {
+                Ok(log) => {
+                    self.log = Some(log);
+                    self.publish();
+                }
+                Err(e) => tracing::error!(dir = %self.dir, error = %e, "cannot open partition log"),
+            }
+        }
+        self.log.as_mut()
+    }
+
+    fn publish(&self) {
+        let Some(log) = &self.log else { return };
+        let now = Watermarks {
+            log_start_offset: log.log_start_offset(),
+            high_watermark: log.high_watermark(),
+            log_end_offset: log.log_end_offset(),
+        };
+        let before = *self.watermarks.borrow();
+        assert!(
+            now.high_watermark >= before.high_watermark,
+            "the high watermark never moves back"
+        );
+        if now != before {
+            self.watermarks.send_replace(now);
+            if now.high_watermark != before.high_watermark {
+                self.data_version.send_modify(|v| *v += 1);
+            }
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+        let mut acks: Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)> = Vec::new();
+        while let Some(command) = rx.recv().await {
+            let mut next = Some(command);
+            let mut handled = 0;
+            while let Some(command) = next.take() {
+                if let Command::Stop { delete, reply } = command {
+                    self.finish_group(&mut acks).await;
+                    self.stop(delete).await;
+                    let _ = reply.send(());
+                    return;
+                }
+                self.handle(command, &mut acks).await;
+                handled += 1;
+                if handled < GROUP_COMMIT_MAX {
+                    next = rx.try_recv().ok();
+                }
+            }
+            self.finish_group(&mut acks).await;
+        }
+        self.finish_group(&mut acks).await;
+        if let Some(log) = self.log.as_mut() {
+            let _ = log.sync().await;
+        }
+    }
+
+    /// One sync for every append of the group, then every ack.
+    async fn finish_group(
+        &mut self,
+        acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
+    ) {
+        let Some(log) = self.log.as_mut() else {
+            for (reply, _) in acks.drain(..) {
+                let _ = reply.send(Err(CoreError::Storage("partition log unavailable".into())));
+            }
+            return;
+        };
+        if log.high_watermark() == log.log_end_offset() && acks.is_empty() {
+            return;
+        }
+        match log.sync().await {
+            Ok(()) => {
+                let log_start_offset = log.log_start_offset();
+                self.publish();
+                for (reply, outcome) in acks.drain(..) {
+                    let _ = reply.send(Ok(AppendOutcome {
+                        log_start_offset,
+                        ..outcome
+                    }));
+                }
+            }
+            Err(e) => self.fail_writes(acks, &e.to_string()),
+        }
+    }
+
+    /// After a failed write or sync the log's tail is unknown: answer every waiting append with
+    /// a storage error (effect unknown) and reopen the log from the volume, which recovers it.
+    fn fail_writes(
+        &mut self,
+        acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
+        why: &str,
+    ) {
+        tracing::error!(dir = %self.dir, error = why, "write failed; reopening the partition log");
+        for (reply, _) in acks.drain(..) {
+            let _ = reply.send(Err(CoreError::Storage(why.to_string())));
+        }
+        self.log = None;
+    }
+
+    async fn handle(
+        &mut self,
+        command: Command,
+        acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
+    ) {
+        let max_message_bytes = self.max_message_bytes;
+        let now_ms = self.env.clock().now_ms();
+        let Some(log) = self.ensure_open().await else {
+            reply_unavailable(command);
+            return;
+        };
+        match command {
+            Command::Append { batches, reply } => {
+                if batches
+                    .iter()
+                    .any(|(h, _)| h.total_len() > max_message_bytes)
+                {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(CoreError::MessageTooLarge));
+                    }
+                    return;
+                }
+                let mut base_offset = None;
+                for (header, data) in batches {
+                    match log.append(&header, data).await {
+                        Ok(offset) => {
+                            base_offset.get_or_insert(offset);
+                        }
+                        Err(e) => {
+                            if let Some(reply) = reply {
+                                acks.push((
+                                    reply,
+                                    AppendOutcome {
+                                        base_offset: -1,
+                                        log_start_offset: -1,
+                                    },
+                                ));
+                            }
+                            let why = e.to_string();
+                            // Earlier appends of this group are not durable either.
+                            let mut failed = std::mem::take(acks);
+                            self.fail_writes(&mut failed, &why);
+                            return;
+                        }
+                    }
+                }
+                if let Some(reply) = reply {
+                    let base_offset = base_offset.expect("a produce holds at least one batch");
+                    acks.push((
+                        reply,
+                        AppendOutcome {
+                            base_offset,
+                            log_start_offset: -1,
+                        },
+                    ));
+                }
+            }
+            Command::Read {
+                offset,
+                max_bytes,
+                reply,
+            } => {
+                let _ = reply.send(
+                    log.read(offset, max_bytes)
+                        .await
+                        .map(|r| r.records)
+                        .map_err(CoreError::from),
+                );
+            }
+            Command::OffsetForTime { timestamp, reply } => {
+                let _ = reply.send(
+                    log.offset_for_time(timestamp)
+                        .await
+                        .map_err(CoreError::from),
+                );
+            }
+            Command::MaxTimestamp { reply } => {
+                let _ = reply.send(log.max_timestamp());
+            }
+            Command::DeleteRecords { offset, reply } => {
+                let result = log.delete_records(offset).await.map_err(CoreError::from);
+                self.publish();
+                let _ = reply.send(result);
+            }
+            Command::SetConfig(config) => {
+                log.set_config(config);
+                self.config = config;
+            }
+            Command::EnforceRetention => {
+                if let Err(e) = log.enforce_retention(now_ms).await {
+                    tracing::warn!(dir = %self.dir, error = %e, "retention failed");
+                }
+                self.publish();
+            }
+            Command::Stop { .. } => unreachable!("handled by run"),
+        }
+    }
+
+    async fn stop(&mut self, delete: bool) {
+        if let Some(log) = self.log.as_mut() {
+            let _ = log.sync().await;
+        }
+        self.log = None;
+        if delete {
+            use crate::env::Volume;
+            if let Err(e) = self.env.volume().remove_dir_all(&self.dir).await {
+                tracing::error!(dir = %self.dir, error = %e, "cannot remove partition directory");
+            }
+        }
+    }
+}
+
+fn reply_unavailable(command: Command) {
+    let error = || CoreError::Storage("partition log unavailable".into());
+    match command {
+        Command::Append {
+            reply: Some(reply), ..
+        } => drop(reply.send(Err(error()))),
+        Command::Read { reply, .. } => drop(reply.send(Err(error()))),
+        Command::OffsetForTime { reply, .. } => drop(reply.send(Err(error()))),
+        Command::DeleteRecords { reply, .. } => drop(reply.send(Err(error()))),
+        Command::MaxTimestamp { reply } => drop(reply.send(-1)),
+        Command::Append { reply: None, .. }
+        | Command::SetConfig(_)
+        | Command::EnforceRetention
+        | Command::Stop { .. } => {}
+    }
+}

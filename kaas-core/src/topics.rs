@@ -1,0 +1,532 @@
+//! The topic manager actor: the one writer of topic metadata (`__cluster/topics/<name>.json`)
+//! and the owner of every partition actor. It publishes an immutable snapshot of the topics and
+//! their partition handles, which connections read to route requests without asking it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::config::{BrokerConfig, validate_topic_config};
+use crate::env::{Env, Rng, Spawner, Volume, join};
+use crate::error::{CoreError, CoreResult};
+use crate::partition::{self, PartitionHandle};
+
+pub const TOPICS_DIR: &str = "__cluster/topics";
+const TOPIC_FORMAT_VERSION: u32 = 1;
+const QUEUE_CAPACITY: usize = 256;
+/// Kafka's limit on topic name length.
+const TOPIC_NAME_MAX_LEN: usize = 249;
+/// Partitions of one topic; a bound on memory and open files, far above real use.
+pub const PARTITIONS_MAX: i32 = 10_000;
+
+pub type TopicId = [u8; 16];
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TopicMeta {
+    pub format_version: u32,
+    pub name: String,
+    pub topic_id: TopicId,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+pub struct TopicState {
+    pub meta: TopicMeta,
+    pub partitions: Vec<PartitionHandle>,
+}
+
+/// What connections route by. Replaced whole on every change.
+#[derive(Default)]
+pub struct MetadataSnapshot {
+    pub topics: BTreeMap<String, Arc<TopicState>>,
+    pub names_by_id: BTreeMap<TopicId, String>,
+}
+
+impl MetadataSnapshot {
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionHandle> {
+        let t = self.topics.get(topic)?;
+        t.partitions.get(usize::try_from(partition).ok()?)
+    }
+}
+
+/// How to change one config of a topic (IncrementalAlterConfigs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set(String, String),
+    Delete(String),
+}
+
+pub struct CreateTopic {
+    pub name: String,
+    /// -1: `num.partitions`.
+    pub partitions: i32,
+    /// -1: `default.replication.factor`.
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+    pub validate_only: bool,
+}
+
+enum Command {
+    Create(CreateTopic, oneshot::Sender<CoreResult<TopicMeta>>),
+    Delete(String, oneshot::Sender<CoreResult<TopicId>>),
+    CreatePartitions {
+        name: String,
+        count: i32,
+        validate_only: bool,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    AlterConfigs {
+        name: String,
+        ops: Vec<ConfigOp>,
+        validate_only: bool,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    Shutdown(oneshot::Sender<()>),
+}
+
+#[derive(Clone)]
+pub struct TopicsHandle {
+    tx: mpsc::Sender<Command>,
+    snapshot: watch::Receiver<Arc<MetadataSnapshot>>,
+    /// Bumped on every high watermark move of any partition.
+    pub data_version: watch::Receiver<u64>,
+}
+
+impl TopicsHandle {
+    pub fn snapshot(&self) -> Arc<MetadataSnapshot> {
+        self.snapshot.borrow().clone()
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(make(reply)).await.ok()?;
+        rx.await.ok()
+    }
+
+    pub async fn create(&self, request: CreateTopic) -> CoreResult<TopicMeta> {
+        self.ask(|r| Command::Create(request, r))
+            .await
+            .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    pub async fn delete(&self, name: String) -> CoreResult<TopicId> {
+        self.ask(|r| Command::Delete(name, r))
+            .await
+            .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    pub async fn create_partitions(
+        &self,
+        name: String,
+        count: i32,
+        validate_only: bool,
+    ) -> CoreResult<()> {
+        self.ask(|reply| Command::CreatePartitions {
+            name,
+            count,
+            validate_only,
+            reply,
+        })
+        .await
+        .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    pub async fn alter_configs(
+        &self,
+        name: String,
+        ops: Vec<ConfigOp>,
+        validate_only: bool,
+    ) -> CoreResult<()> {
+        self.ask(|reply| Command::AlterConfigs {
+            name,
+            ops,
+            validate_only,
+            reply,
+        })
+        .await
+        .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    /// Creates the topic with broker defaults if it does not exist (auto.create.topics.enable).
+    pub async fn ensure(&self, name: &str) -> CoreResult<()> {
+        if self.snapshot().topics.contains_key(name) {
+            return Ok(());
+        }
+        let request = CreateTopic {
+            name: name.to_string(),
+            partitions: -1,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+            validate_only: false,
+        };
+        match self.create(request).await {
+            Ok(_) | Err(CoreError::TopicAlreadyExists) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stops every partition actor after a final sync.
+    pub async fn shutdown(&self) {
+        self.ask(Command::Shutdown).await;
+    }
+}
+
+pub fn validate_topic_name(name: &str) -> CoreResult<()> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(CoreError::InvalidTopic(format!(
+            "Topic name \"{name}\" is illegal"
+        )));
+    }
+    if name.len() > TOPIC_NAME_MAX_LEN {
+        return Err(CoreError::InvalidTopic(format!(
+            "Topic name is longer than {TOPIC_NAME_MAX_LEN} characters"
+        )));
+    }
+    if !name
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-')
+    {
+        return Err(CoreError::InvalidTopic(format!(
+            "Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        )));
+    }
+    Ok(())
+}
+
+pub fn partition_dir(topic: &str, partition: i32) -> String {
+    format!("{topic}-{partition}")
+}
+
+struct TopicManager<E: Env> {
+    env: E,
+    config: Arc<BrokerConfig>,
+    topics: BTreeMap<String, Arc<TopicState>>,
+    snapshot: watch::Sender<Arc<MetadataSnapshot>>,
+    data_version: watch::Sender<u64>,
+}
+
+/// Loads every topic from the volume, opens (and so recovers) every partition, and starts the
+/// manager. Returns once all partitions are open.
+pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<TopicsHandle> {
+    let (snapshot, snapshot_rx) = watch::channel(Arc::new(MetadataSnapshot::default()));
+    let (data_version, data_version_rx) = watch::channel(0u64);
+    let mut manager = TopicManager {
+        env: env.clone(),
+        config,
+        topics: BTreeMap::new(),
+        snapshot,
+        data_version,
+    };
+    manager.load().await?;
+    let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+    env.spawner().spawn("topics", manager.run(rx));
+    Ok(TopicsHandle {
+        tx,
+        snapshot: snapshot_rx,
+        data_version: data_version_rx,
+    })
+}
+
+fn storage(e: std::io::Error) -> CoreError {
+    CoreError::Storage(e.to_string())
+}
+
+impl<E: Env> TopicManager<E> {
+    async fn load(&mut self) -> CoreResult<()> {
+        let volume = self.env.volume().clone();
+        volume.create_dir_all(TOPICS_DIR).await.map_err(storage)?;
+        for name in volume.list(TOPICS_DIR).await.map_err(storage)? {
+            let Some(topic) = name.strip_suffix(".json") else {
+                continue;
+            };
+            let path = join(TOPICS_DIR, &name);
+            let raw = volume
+                .read(&path)
+                .await
+                .map_err(storage)?
+                .unwrap_or_default();
+            let meta: TopicMeta = serde_json::from_slice(&raw).map_err(|e| {
+                CoreError::Storage(format!("{path}: unreadable topic metadata: {e}"))
+            })?;
+            if meta.format_version != TOPIC_FORMAT_VERSION || meta.name != topic {
+                return Err(CoreError::Storage(format!(
+                    "{path}: unknown format version or name mismatch"
+                )));
+            }
+            let state = self.start_partitions(meta, 0, Vec::new()).await;
+            self.topics.insert(topic.to_string(), Arc::new(state));
+        }
+        self.publish();
+        Ok(())
+    }
+
+    async fn start_partitions(
+        &self,
+        meta: TopicMeta,
+        from: i32,
+        mut partitions: Vec<PartitionHandle>,
+    ) -> TopicState {
+        let log_config = self.config.log_config(&meta.configs);
+        let max_message_bytes = meta
+            .configs
+            .get("max.message.bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.config.message_max_bytes)
+            .max(0) as usize;
+        for p in from..meta.partitions {
+            let dir = partition_dir(&meta.name, p);
+            partitions.push(
+                partition::start(
+                    &self.env,
+                    dir,
+                    log_config,
+                    max_message_bytes,
+                    self.data_version.clone(),
+                )
+                .await,
+            );
+        }
+        TopicState { meta, partitions }
+    }
+
+    fn publish(&self) {
+        let names_by_id = self
+            .topics
+            .values()
+            .map(|t| (t.meta.topic_id, t.meta.name.clone()))
+            .collect();
+        self.snapshot.send_replace(Arc::new(MetadataSnapshot {
+            topics: self.topics.clone(),
+            names_by_id,
+        }));
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+        let interval_ms = self.config.log_retention_check_interval_ms.max(1);
+        let mut next_retention =
+            tokio::time::Instant::now() + std::time::Duration::from_millis(interval_ms);
+        loop {
+            let command = tokio::select! {
+                biased;
+                command = rx.recv() => command,
+                _ = tokio::time::sleep_until(next_retention) => {
+                    next_retention += std::time::Duration::from_millis(interval_ms);
+                    for t in self.topics.values() {
+                        for p in &t.partitions {
+                            p.enforce_retention().await;
+                        }
+                    }
+                    continue;
+                }
+            };
+            match command {
+                None => return,
+                Some(Command::Shutdown(reply)) => {
+                    for t in self.topics.values() {
+                        for p in &t.partitions {
+                            p.stop(false).await;
+                        }
+                    }
+                    let _ = reply.send(());
+                    return;
+                }
+                Some(Command::Create(request, reply)) => {
+                    let _ = reply.send(self.create(request).await);
+                }
+                Some(Command::Delete(name, reply)) => {
+                    let _ = reply.send(self.delete(&name).await);
+                }
+                Some(Command::CreatePartitions {
+                    name,
+                    count,
+                    validate_only,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.create_partitions(&name, count, validate_only).await);
+                }
+                Some(Command::AlterConfigs {
+                    name,
+                    ops,
+                    validate_only,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.alter_configs(&name, ops, validate_only).await);
+                }
+            }
+        }
+    }
+
+    async fn persist(&self, meta: &TopicMeta) -> CoreResult<()> {
+        let raw = serde_json::to_vec_pretty(meta).expect("serialisable");
+        let path = join(TOPICS_DIR, &format!("{}.json", meta.name));
+        self.env
+            .volume()
+            .write_atomic(&path, Bytes::from(raw))
+            .await
+            .map_err(storage)
+    }
+
+    async fn create(&mut self, request: CreateTopic) -> CoreResult<TopicMeta> {
+        validate_topic_name(&request.name)?;
+        if self.topics.contains_key(&request.name) {
+            return Err(CoreError::TopicAlreadyExists);
+        }
+        let partitions = if request.partitions == -1 {
+            self.config.num_partitions
+        } else {
+            request.partitions
+        };
+        if !(1..=PARTITIONS_MAX).contains(&partitions) {
+            return Err(CoreError::InvalidPartitions(format!(
+                "Number of partitions must be between 1 and {PARTITIONS_MAX}"
+            )));
+        }
+        let replication_factor = if request.replication_factor == -1 {
+            self.config.default_replication_factor
+        } else {
+            request.replication_factor
+        };
+        if replication_factor < 1 {
+            return Err(CoreError::InvalidReplicationFactor(
+                "Replication factor must be larger than 0".into(),
+            ));
+        }
+        for (name, value) in &request.configs {
+            validate_topic_config(name, value).map_err(CoreError::InvalidConfig)?;
+        }
+        let meta = TopicMeta {
+            format_version: TOPIC_FORMAT_VERSION,
+            name: request.name.clone(),
+            topic_id: self.env.rng().uuid(),
+            partitions,
+            replication_factor,
+            configs: request.configs,
+        };
+        if request.validate_only {
+            return Ok(meta);
+        }
+        // A crash during an earlier delete may have left partition directories behind.
+        for p in 0..partitions {
+            self.env
+                .volume()
+                .remove_dir_all(&partition_dir(&meta.name, p))
+                .await
+                .map_err(storage)?;
+        }
+        self.persist(&meta).await?;
+        let state = self.start_partitions(meta.clone(), 0, Vec::new()).await;
+        self.topics.insert(meta.name.clone(), Arc::new(state));
+        self.publish();
+        tracing::info!(topic = %meta.name, partitions, "created topic");
+        Ok(meta)
+    }
+
+    async fn delete(&mut self, name: &str) -> CoreResult<TopicId> {
+        if !self.config.delete_topic_enable {
+            return Err(CoreError::TopicDeletionDisabled);
+        }
+        let Some(state) = self.topics.remove(name) else {
+            return Err(CoreError::UnknownTopicOrPartition);
+        };
+        self.publish();
+        // The metadata goes first: a crash after it leaves only stray directories, which a
+        // later create of the same name removes.
+        let path = join(TOPICS_DIR, &format!("{name}.json"));
+        self.env
+            .volume()
+            .remove_file(&path)
+            .await
+            .map_err(storage)?;
+        for p in &state.partitions {
+            p.stop(true).await;
+        }
+        tracing::info!(topic = name, "deleted topic");
+        Ok(state.meta.topic_id)
+    }
+
+    async fn create_partitions(
+        &mut self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> CoreResult<()> {
+        let Some(state) = self.topics.get(name) else {
+            return Err(CoreError::UnknownTopicOrPartition);
+        };
+        let current = state.meta.partitions;
+        if count <= current {
+            return Err(CoreError::InvalidPartitions(format!(
+                "Topic currently has {current} partitions, which is higher than the requested {count}."
+            )));
+        }
+        if count > PARTITIONS_MAX {
+            return Err(CoreError::InvalidPartitions(format!(
+                "Number of partitions must be at most {PARTITIONS_MAX}"
+            )));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let meta = TopicMeta {
+            partitions: count,
+            ..state.meta.clone()
+        };
+        for p in current..count {
+            self.env
+                .volume()
+                .remove_dir_all(&partition_dir(name, p))
+                .await
+                .map_err(storage)?;
+        }
+        self.persist(&meta).await?;
+        let existing = state.partitions.clone();
+        let state = self.start_partitions(meta, current, existing).await;
+        self.topics.insert(name.to_string(), Arc::new(state));
+        self.publish();
+        Ok(())
+    }
+
+    async fn alter_configs(
+        &mut self,
+        name: &str,
+        ops: Vec<ConfigOp>,
+        validate_only: bool,
+    ) -> CoreResult<()> {
+        let Some(state) = self.topics.get(name) else {
+            return Err(CoreError::UnknownTopicOrPartition);
+        };
+        let mut configs = state.meta.configs.clone();
+        for op in ops {
+            match op {
+                ConfigOp::Set(k, v) => {
+                    validate_topic_config(&k, &v).map_err(CoreError::InvalidConfig)?;
+                    configs.insert(k, v);
+                }
+                ConfigOp::Delete(k) => {
+                    configs.remove(&k);
+                }
+            }
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let meta = TopicMeta {
+            configs,
+            ..state.meta.clone()
+        };
+        self.persist(&meta).await?;
+        let log_config = self.config.log_config(&meta.configs);
+        for p in &state.partitions {
+            p.set_config(log_config).await;
+        }
+        let partitions = state.partitions.clone();
+        self.topics
+            .insert(name.to_string(), Arc::new(TopicState { meta, partitions }));
+        self.publish();
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+//! Fetch (v4-v16) for consumers. Reads stop at the high watermark (only durable bytes are
+//! served); a fetch with less than `min_bytes` available waits until more arrives or
+//! `max_wait_ms` passes (long polling). Fetch sessions are not kept: every answer carries
+//! session id 0, which tells clients to send full fetch requests.
+
+use std::sync::Arc;
+
+use kaas_core::env::Env;
+use kaas_core::topics::MetadataSnapshot;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, RequestHeader};
+use tokio::time::{Duration, Instant};
+
+use super::{encode, topic};
+use crate::connection::{Answer, Context};
+use crate::error;
+
+/// The longest a fetch may wait, whatever the client asks.
+const MAX_WAIT_MS_MAX: i32 = 60_000;
+
+pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRequest) -> Answer {
+    let header = header.clone();
+    let topics = ctx.broker.topics.clone();
+    Answer::Later(Box::pin(async move {
+        if request.session_id != 0 || request.session_epoch > 0 {
+            let response = FetchResponse::default()
+                .with_error_code(ResponseError::FetchSessionIdNotFound.code());
+            return encode(ApiKey::Fetch, &header, &response);
+        }
+        let max_wait = Duration::from_millis(request.max_wait_ms.clamp(0, MAX_WAIT_MS_MAX) as u64);
+        let deadline = Instant::now() + max_wait;
+        let mut data_version = topics.data_version.clone();
+        loop {
+            data_version.borrow_and_update();
+            let (response, bytes) =
+                read_once(&topics.snapshot(), &request, header.request_api_version).await;
+            let waited_enough = Instant::now() >= deadline;
+            if bytes >= request.min_bytes.max(0) as usize
+                || waited_enough
+                || bytes > 0 && request.min_bytes <= 1
+            {
+                return encode(ApiKey::Fetch, &header, &response);
+            }
+            tokio::select! {
+                biased;
+                changed = data_version.changed() => if changed.is_err() {
+                    return encode(ApiKey::Fetch, &header, &response);
+                },
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }))
+}
+
+/// One pass over the requested partitions; returns the response and the record bytes in it.
+async fn read_once(
+    snapshot: &Arc<MetadataSnapshot>,
+    request: &FetchRequest,
+    version: i16,
+) -> (FetchResponse, usize) {
+    let mut remaining = request.max_bytes.max(0) as usize;
+    let mut total = 0usize;
+    let mut responses = Vec::new();
+    for t in &request.topics {
+        let name = if version >= 13 {
+            snapshot.names_by_id.get(t.topic_id.as_bytes()).cloned()
+        } else {
+            Some(t.topic.0.to_string())
+        };
+        let mut partitions = Vec::new();
+        for p in &t.partitions {
+            let data = PartitionData::default()
+                .with_partition_index(p.partition)
+                .with_high_watermark(-1)
+                .with_last_stable_offset(-1)
+                .with_log_start_offset(-1)
+                .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1));
+            let Some(name) = &name else {
+                partitions.push(data.with_error_code(ResponseError::UnknownTopicId.code()));
+                continue;
+            };
+            let Some(partition) = snapshot.partition(name, p.partition) else {
+                partitions
+                    .push(data.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+                continue;
+            };
+            let marks = partition.watermarks();
+            let data = data
+                .with_high_watermark(marks.high_watermark)
+                .with_last_stable_offset(marks.high_watermark)
+                .with_log_start_offset(marks.log_start_offset);
+            if remaining == 0 || p.fetch_offset == marks.high_watermark {
+                partitions.push(data.with_records(Some(Default::default())));
+                continue;
+            }
+            let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
+            match partition.read(p.fetch_offset, limit).await {
+                Ok(records) => {
+                    remaining = remaining.saturating_sub(records.len());
+                    total += records.len();
+                    partitions.push(data.with_records(Some(records)));
+                }
+                Err(e) => partitions.push(data.with_error_code(error::code(&e))),
+            }
+        }
+        let response = FetchableTopicResponse::default()
+            .with_topic_id(t.topic_id)
+            .with_partitions(partitions);
+        let response = if version < 13 {
+            response.with_topic(topic(&t.topic.0))
+        } else {
+            response
+        };
+        responses.push(response);
+    }
+    (FetchResponse::default().with_responses(responses), total)
+}

@@ -1,0 +1,332 @@
+//! The classic group protocol: JoinGroup (v0-v9), SyncGroup (v0-v5), Heartbeat (v0-v4),
+//! LeaveGroup (v0-v5), DescribeGroups (v0-v5), ListGroups (v0-v5), DeleteGroups (v0-v2).
+//! JoinGroup and SyncGroup park in the group coordinator until the rebalance moves on, so they
+//! answer later and do not hold up the connection's other requests.
+
+use kaas_core::CoreError;
+use kaas_core::env::Env;
+use kaas_core::group::JoinRequest;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::*;
+
+use super::{encode, text};
+use crate::connection::{Answer, Context};
+use crate::error;
+
+fn client_id(header: &RequestHeader) -> String {
+    header
+        .client_id
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default()
+}
+
+fn host_of(peer: &str) -> String {
+    match peer.rsplit_once(':') {
+        Some((host, _)) => format!("/{}", host.trim_start_matches('[').trim_end_matches(']')),
+        None => peer.to_string(),
+    }
+}
+
+pub fn join<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: JoinGroupRequest) -> Answer {
+    let version = header.request_api_version;
+    let groups = ctx.broker.groups.clone();
+    let rebalance_timeout_ms = if version == 0 {
+        request.session_timeout_ms
+    } else {
+        request.rebalance_timeout_ms
+    };
+    let join = JoinRequest {
+        member_id: request.member_id.to_string(),
+        group_instance_id: request.group_instance_id.map(|s| s.to_string()),
+        client_id: client_id(header),
+        client_host: host_of(&ctx.peer),
+        session_timeout_ms: request.session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type: request.protocol_type.to_string(),
+        protocols: request
+            .protocols
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.metadata))
+            .collect(),
+        require_known_member_id: version >= 4,
+    };
+    let group_id = request.group_id.0.to_string();
+    let requested_member = request.member_id;
+    let header = header.clone();
+    Answer::Later(Box::pin(async move {
+        let response = match groups.join(group_id, join).await {
+            Ok(outcome) => {
+                let members = outcome
+                    .members
+                    .into_iter()
+                    .map(|(member_id, instance, metadata)| {
+                        JoinGroupResponseMember::default()
+                            .with_member_id(text(&member_id))
+                            .with_group_instance_id(instance.map(|i| text(&i)))
+                            .with_metadata(metadata)
+                    })
+                    .collect();
+                let response = JoinGroupResponse::default()
+                    .with_generation_id(outcome.generation_id)
+                    .with_protocol_name(Some(text(&outcome.protocol_name)))
+                    .with_leader(text(&outcome.leader))
+                    .with_member_id(text(&outcome.member_id))
+                    .with_members(members);
+                if version >= 7 {
+                    response.with_protocol_type(Some(text(&outcome.protocol_type)))
+                } else {
+                    response
+                }
+            }
+            Err(e) => {
+                let member_id = match &e {
+                    CoreError::MemberIdRequired(id) => text(id),
+                    _ => requested_member,
+                };
+                let response = JoinGroupResponse::default()
+                    .with_error_code(error::code(&e))
+                    .with_generation_id(-1)
+                    .with_member_id(member_id)
+                    .with_leader(text(""));
+                if version >= 7 {
+                    response.with_protocol_name(None)
+                } else {
+                    response.with_protocol_name(Some(text("")))
+                }
+            }
+        };
+        encode(ApiKey::JoinGroup, &header, &response)
+    }))
+}
+
+pub fn sync<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: SyncGroupRequest) -> Answer {
+    let version = header.request_api_version;
+    let groups = ctx.broker.groups.clone();
+    let header = header.clone();
+    Answer::Later(Box::pin(async move {
+        let assignments = request
+            .assignments
+            .into_iter()
+            .map(|a| (a.member_id.to_string(), a.assignment))
+            .collect();
+        let result = groups
+            .sync(
+                request.group_id.0.to_string(),
+                request.member_id.to_string(),
+                request.group_instance_id.map(|s| s.to_string()),
+                request.generation_id,
+                assignments,
+            )
+            .await;
+        let response = match result {
+            Ok(outcome) => {
+                let mismatch = request
+                    .protocol_type
+                    .as_ref()
+                    .is_some_and(|t| t.as_str() != outcome.protocol_type)
+                    || request
+                        .protocol_name
+                        .as_ref()
+                        .is_some_and(|n| n.as_str() != outcome.protocol_name);
+                if version >= 5 && mismatch {
+                    SyncGroupResponse::default()
+                        .with_error_code(ResponseError::InconsistentGroupProtocol.code())
+                } else {
+                    let response = SyncGroupResponse::default().with_assignment(outcome.assignment);
+                    if version >= 5 {
+                        response
+                            .with_protocol_type(Some(text(&outcome.protocol_type)))
+                            .with_protocol_name(Some(text(&outcome.protocol_name)))
+                    } else {
+                        response
+                    }
+                }
+            }
+            Err(e) => SyncGroupResponse::default().with_error_code(error::code(&e)),
+        };
+        encode(ApiKey::SyncGroup, &header, &response)
+    }))
+}
+
+pub async fn heartbeat<E: Env>(ctx: &Context<E>, request: HeartbeatRequest) -> HeartbeatResponse {
+    let result = ctx
+        .broker
+        .groups
+        .heartbeat(
+            request.group_id.0.to_string(),
+            request.member_id.to_string(),
+            request.group_instance_id.map(|s| s.to_string()),
+            request.generation_id,
+        )
+        .await;
+    HeartbeatResponse::default().with_error_code(error::code_of(&result))
+}
+
+pub async fn leave<E: Env>(
+    ctx: &Context<E>,
+    header: &RequestHeader,
+    request: LeaveGroupRequest,
+) -> LeaveGroupResponse {
+    let batched = header.request_api_version >= 3;
+    let members: Vec<(String, Option<String>)> = if batched {
+        request
+            .members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|s| s.to_string()),
+                )
+            })
+            .collect()
+    } else {
+        vec![(request.member_id.to_string(), None)]
+    };
+    match ctx
+        .broker
+        .groups
+        .leave(request.group_id.0.to_string(), members.clone())
+        .await
+    {
+        Err(e) => LeaveGroupResponse::default().with_error_code(error::code(&e)),
+        Ok(results) if !batched => {
+            LeaveGroupResponse::default().with_error_code(error::code_of(&results[0]))
+        }
+        Ok(results) => {
+            let responses = members
+                .into_iter()
+                .zip(results)
+                .map(|((member_id, instance), result)| {
+                    MemberResponse::default()
+                        .with_member_id(text(&member_id))
+                        .with_group_instance_id(instance.map(|i| text(&i)))
+                        .with_error_code(error::code_of(&result))
+                })
+                .collect();
+            LeaveGroupResponse::default().with_members(responses)
+        }
+    }
+}
+
+pub async fn describe<E: Env>(
+    ctx: &Context<E>,
+    request: DescribeGroupsRequest,
+) -> DescribeGroupsResponse {
+    let ids = request.groups.iter().map(|g| g.0.to_string()).collect();
+    let groups = match ctx.broker.groups.describe(ids).await {
+        Ok(descriptions) => descriptions
+            .into_iter()
+            .map(|d| {
+                let members = d
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        DescribedGroupMember::default()
+                            .with_member_id(text(&m.member_id))
+                            .with_group_instance_id(m.group_instance_id.map(|i| text(&i)))
+                            .with_client_id(text(&m.client_id))
+                            .with_client_host(text(&m.client_host))
+                            .with_member_metadata(m.metadata)
+                            .with_member_assignment(m.assignment)
+                    })
+                    .collect();
+                DescribedGroup::default()
+                    .with_group_id(GroupId(text(&d.group_id)))
+                    .with_group_state(text(d.state.map(|s| s.name()).unwrap_or("Dead")))
+                    .with_protocol_type(text(&d.protocol_type))
+                    .with_protocol_data(text(&d.protocol_name))
+                    .with_members(members)
+            })
+            .collect(),
+        Err(e) => request
+            .groups
+            .into_iter()
+            .map(|g| {
+                DescribedGroup::default()
+                    .with_group_id(g)
+                    .with_error_code(error::code(&e))
+            })
+            .collect(),
+    };
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+pub async fn list<E: Env>(
+    ctx: &Context<E>,
+    header: &RequestHeader,
+    request: ListGroupsRequest,
+) -> ListGroupsResponse {
+    let version = header.request_api_version;
+    let listing = match ctx.broker.groups.list().await {
+        Ok(listing) => listing,
+        Err(e) => return ListGroupsResponse::default().with_error_code(error::code(&e)),
+    };
+    let states: Vec<String> = request
+        .states_filter
+        .iter()
+        .map(|s| s.to_lowercase())
+        .collect();
+    let types: Vec<String> = request
+        .types_filter
+        .iter()
+        .map(|s| s.to_lowercase())
+        .collect();
+    let groups = listing
+        .into_iter()
+        .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
+        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .map(|g| {
+            let listed = ListedGroup::default()
+                .with_group_id(GroupId(text(&g.group_id)))
+                .with_protocol_type(text(&g.protocol_type));
+            let listed = if version >= 4 {
+                listed.with_group_state(text(g.state.name()))
+            } else {
+                listed
+            };
+            if version >= 5 {
+                listed.with_group_type(text("classic"))
+            } else {
+                listed
+            }
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(groups)
+}
+
+pub async fn delete<E: Env>(
+    ctx: &Context<E>,
+    request: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
+    let ids = request
+        .groups_names
+        .iter()
+        .map(|g| g.0.to_string())
+        .collect();
+    let results = match ctx.broker.groups.delete(ids).await {
+        Ok(results) => results
+            .into_iter()
+            .map(|(id, r)| {
+                DeletableGroupResult::default()
+                    .with_group_id(GroupId(text(&id)))
+                    .with_error_code(error::code_of(&r))
+            })
+            .collect(),
+        Err(e) => request
+            .groups_names
+            .into_iter()
+            .map(|g| {
+                DeletableGroupResult::default()
+                    .with_group_id(g)
+                    .with_error_code(error::code(&e))
+            })
+            .collect(),
+    };
+    DeleteGroupsResponse::default().with_results(results)
+}

@@ -1,0 +1,88 @@
+//! ListOffsets (v1-v9): latest (-1), earliest (-2), max timestamp (-3), earliest local (-4,
+//! the same as earliest: all data is local), latest tiered (-5, none), and by timestamp.
+
+use kaas_core::env::Env;
+use kaas_core::partition::PartitionHandle;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, RequestHeader};
+
+use crate::connection::Context;
+use crate::error;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
+
+pub async fn handle<E: Env>(
+    ctx: &Context<E>,
+    header: &RequestHeader,
+    request: ListOffsetsRequest,
+) -> ListOffsetsResponse {
+    // The leader epoch exists from v4 on; below it the field must keep its default.
+    let leader_epoch = if header.request_api_version >= 4 {
+        0
+    } else {
+        -1
+    };
+    let snapshot = ctx.broker.topics.snapshot();
+    let mut topics = Vec::new();
+    for t in request.topics {
+        let mut partitions = Vec::new();
+        for p in t.partitions {
+            let base = ListOffsetsPartitionResponse::default()
+                .with_partition_index(p.partition_index)
+                .with_leader_epoch(leader_epoch);
+            let response = match snapshot.partition(&t.name.0, p.partition_index) {
+                None => base
+                    .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                    .with_timestamp(-1)
+                    .with_offset(-1),
+                Some(partition) => lookup(partition, p.timestamp, base).await,
+            };
+            partitions.push(response);
+        }
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions),
+        );
+    }
+    ListOffsetsResponse::default().with_topics(topics)
+}
+
+async fn lookup(
+    partition: &PartitionHandle,
+    timestamp: i64,
+    base: ListOffsetsPartitionResponse,
+) -> ListOffsetsPartitionResponse {
+    let marks = partition.watermarks();
+    let found = |offset: i64, ts: i64| base.clone().with_offset(offset).with_timestamp(ts);
+    match timestamp {
+        LATEST => found(marks.high_watermark, -1),
+        EARLIEST | EARLIEST_LOCAL => found(marks.log_start_offset, -1),
+        LATEST_TIERED => found(-1, -1),
+        MAX_TIMESTAMP => match partition.max_timestamp().await {
+            Ok(ts) if ts >= 0 => match partition.offset_for_time(ts).await {
+                Ok(Some(offset)) => found(offset, ts),
+                Ok(None) => found(-1, -1),
+                Err(e) => base.with_error_code(error::code(&e)),
+            },
+            Ok(_) => found(-1, -1),
+            Err(e) => base.with_error_code(error::code(&e)),
+        },
+        ts if ts < 0 => base
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_offset(-1)
+            .with_timestamp(-1),
+        ts => match partition.offset_for_time(ts).await {
+            Ok(Some(offset)) if offset < marks.high_watermark => found(offset, ts),
+            Ok(_) => found(-1, -1),
+            Err(e) => base.with_error_code(error::code(&e)),
+        },
+    }
+}

@@ -1,0 +1,234 @@
+//! The one registry of Kafka APIs: what each API's supported version range is, and which
+//! module handles it. Every handler has the same shape: decode, validate, ask kaas-core, map
+//! errors in `crate::error`, encode.
+
+mod api_versions;
+mod configs;
+mod create_partitions;
+mod create_topics;
+mod delete_records;
+mod delete_topics;
+mod describe_cluster;
+mod fetch;
+mod find_coordinator;
+mod groups;
+mod list_offsets;
+mod metadata;
+mod offsets;
+mod produce;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kaas_core::env::Env;
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use crate::connection::{Answer, Context, Response};
+
+/// (API, lowest version, highest version) as advertised in ApiVersions. Produce is advertised
+/// from 0 because librdkafka before 2.11.1 turns compression off when it is not; v0-v2 are
+/// answered with UNSUPPORTED_VERSION, as Kafka 4 does.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 0, 11),
+    (ApiKey::Fetch, 4, 16),
+    (ApiKey::ListOffsets, 1, 9),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+/// Versions of Produce that are advertised but answered with UNSUPPORTED_VERSION.
+const PRODUCE_REFUSED_MAX: i16 = 2;
+
+pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|&(_, min, max)| (min, max))
+}
+
+/// Decodes one request frame and runs its handler. `Err` closes the connection: the frame did
+/// not decode, or named an API or version that has no error response to give.
+pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, String> {
+    if frame.len() < 4 {
+        return Err("frame shorter than a request header".into());
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown api key {raw_key}"))?;
+    let (min, max) = supported(key).ok_or_else(|| format!("unsupported api {key:?}"))?;
+    let mut body = frame;
+    let header_version = key.request_header_version(version.clamp(min.max(0), max));
+    let header = RequestHeader::decode(&mut body, header_version)
+        .map_err(|e| format!("bad request header: {e}"))?;
+    if version < min || version > max {
+        return match key {
+            ApiKey::ApiVersions => Ok(Answer::Now(api_versions::unsupported_version(&header))),
+            _ => Err(format!("unsupported version {version} of {key:?}")),
+        };
+    }
+    if key == ApiKey::Produce && version <= PRODUCE_REFUSED_MAX {
+        return produce::refuse_old_version(&header, &mut body).map(Answer::Now);
+    }
+    tracing::trace!(api = ?key, version, correlation_id = header.correlation_id, "request");
+    macro_rules! simple {
+        ($module:ident) => {{
+            let request = decode(&mut body, version)?;
+            let response = $module::handle(ctx, &header, request).await;
+            Ok(Answer::Now(encode(key, &header, &response)))
+        }};
+    }
+    match key {
+        ApiKey::ApiVersions => simple!(api_versions),
+        ApiKey::Metadata => simple!(metadata),
+        ApiKey::Produce => produce::handle(ctx, &header, decode(&mut body, version)?).await,
+        ApiKey::Fetch => Ok(fetch::handle(ctx, &header, decode(&mut body, version)?)),
+        ApiKey::ListOffsets => simple!(list_offsets),
+        ApiKey::FindCoordinator => simple!(find_coordinator),
+        ApiKey::CreateTopics => simple!(create_topics),
+        ApiKey::DeleteTopics => simple!(delete_topics),
+        ApiKey::CreatePartitions => simple!(create_partitions),
+        ApiKey::DeleteRecords => simple!(delete_records),
+        ApiKey::DescribeCluster => simple!(describe_cluster),
+        ApiKey::DescribeConfigs => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &configs::describe(ctx, &header, request).await,
+            )))
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &configs::incremental_alter(ctx, &header, request).await,
+            )))
+        }
+        ApiKey::AlterConfigs => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &configs::alter(ctx, &header, request).await,
+            )))
+        }
+        ApiKey::JoinGroup => Ok(groups::join(ctx, &header, decode(&mut body, version)?)),
+        ApiKey::SyncGroup => Ok(groups::sync(ctx, &header, decode(&mut body, version)?)),
+        ApiKey::Heartbeat => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &groups::heartbeat(ctx, request).await,
+            )))
+        }
+        ApiKey::LeaveGroup => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &groups::leave(ctx, &header, request).await,
+            )))
+        }
+        ApiKey::DescribeGroups => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &groups::describe(ctx, request).await,
+            )))
+        }
+        ApiKey::ListGroups => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &groups::list(ctx, &header, request).await,
+            )))
+        }
+        ApiKey::DeleteGroups => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &groups::delete(ctx, request).await,
+            )))
+        }
+        ApiKey::OffsetCommit => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &offsets::commit(ctx, &header, request).await,
+            )))
+        }
+        ApiKey::OffsetFetch => {
+            let request = decode(&mut body, version)?;
+            Ok(Answer::Now(encode(
+                key,
+                &header,
+                &offsets::fetch(ctx, &header, request).await,
+            )))
+        }
+        _ => Err(format!("no handler for {key:?}")),
+    }
+}
+
+fn decode<T: Decodable>(body: &mut Bytes, version: i16) -> Result<T, String> {
+    T::decode(body, version).map_err(|e| format!("undecodable request body: {e}"))
+}
+
+/// Encodes a response with its header. An encoding failure is a broker bug: it is logged and
+/// the connection is closed rather than sent a malformed answer.
+pub fn encode<T: Encodable>(key: ApiKey, header: &RequestHeader, body: &T) -> Response {
+    let version = header.request_api_version;
+    let mut buf = BytesMut::new();
+    let response_header = ResponseHeader::default().with_correlation_id(header.correlation_id);
+    let encoded = response_header
+        .encode(&mut buf, key.response_header_version(version))
+        .and_then(|_| body.encode(&mut buf, version));
+    match encoded {
+        Ok(()) => Response::Frame(buf.freeze()),
+        Err(e) => {
+            tracing::error!(api = ?key, version, error = %e, "cannot encode response: closing the connection");
+            Response::Close
+        }
+    }
+}
+
+/// A response header for hand-encoded bodies (versions the message crate does not cover).
+fn raw_header(correlation_id: i32) -> BytesMut {
+    let mut buf = BytesMut::new();
+    buf.put_i32(correlation_id);
+    buf
+}
+
+pub fn text(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+pub fn topic(s: &str) -> TopicName {
+    TopicName(text(s))
+}
+
+pub fn uuid(id: [u8; 16]) -> uuid::Uuid {
+    uuid::Uuid::from_bytes(id)
+}

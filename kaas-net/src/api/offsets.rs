@@ -1,0 +1,205 @@
+//! OffsetCommit (v2-v9) and OffsetFetch (v1-v9, the batched v8+ form included). A commit is
+//! acked only once it is durable on the volume.
+
+use kaas_core::env::{Clock, Env};
+use kaas_core::group::{CommitRequest, CommittedOffset, TopicPartition};
+use kaas_core::{CoreError, CoreResult};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::*;
+
+use super::{text, topic};
+use crate::connection::Context;
+use crate::error;
+
+/// Kafka's `offset.metadata.max.bytes`.
+const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+
+pub async fn commit<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: OffsetCommitRequest,
+) -> OffsetCommitResponse {
+    let mut offsets = Vec::new();
+    let mut too_large = Vec::new();
+    for t in &request.topics {
+        for p in &t.partitions {
+            let metadata = p
+                .committed_metadata
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default();
+            if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                too_large.push((t.name.0.to_string(), p.partition_index));
+                continue;
+            }
+            let committed = CommittedOffset {
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata,
+                commit_timestamp_ms: ctx.broker.env.clock().now_ms(),
+            };
+            offsets.push(((t.name.0.to_string(), p.partition_index), committed));
+        }
+    }
+    let result: CoreResult<()> = if offsets.is_empty() {
+        Ok(())
+    } else {
+        ctx.broker
+            .groups
+            .commit(CommitRequest {
+                group_id: request.group_id.0.to_string(),
+                member_id: request.member_id.to_string(),
+                group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
+                generation_id: request.generation_id_or_member_epoch,
+                offsets,
+            })
+            .await
+    };
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let code = if too_large.contains(&(t.name.0.to_string(), p.partition_index)) {
+                        ResponseError::OffsetMetadataTooLarge.code()
+                    } else {
+                        error::code_of(&result)
+                    };
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+type Fetched = CoreResult<Vec<(TopicPartition, Option<CommittedOffset>)>>;
+
+async fn fetch_group<E: Env>(
+    ctx: &Context<E>,
+    group_id: &str,
+    wanted: Option<Vec<TopicPartition>>,
+) -> Fetched {
+    if group_id.is_empty() {
+        return Err(CoreError::InvalidGroupId);
+    }
+    ctx.broker.groups.fetch(group_id.to_string(), wanted).await
+}
+
+/// Groups (topic, [(partition, offset)]) in first-seen order.
+fn by_topic(
+    fetched: Vec<(TopicPartition, Option<CommittedOffset>)>,
+) -> Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> {
+    let mut out: Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> = Vec::new();
+    for ((t, p), c) in fetched {
+        match out.iter_mut().find(|(name, _)| *name == t) {
+            Some((_, list)) => list.push((p, c)),
+            None => out.push((t, vec![(p, c)])),
+        }
+    }
+    out
+}
+
+pub async fn fetch<E: Env>(
+    ctx: &Context<E>,
+    header: &RequestHeader,
+    request: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    if header.request_api_version >= 8 {
+        let mut groups = Vec::new();
+        for g in request.groups {
+            let wanted = g.topics.map(|ts| {
+                ts.into_iter()
+                    .flat_map(|t| {
+                        t.partition_indexes
+                            .into_iter()
+                            .map(move |p| (t.name.0.to_string(), p))
+                    })
+                    .collect()
+            });
+            let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+            groups.push(match fetch_group(ctx, &g.group_id.0, wanted).await {
+                Err(e) => group.with_error_code(error::code(&e)),
+                Ok(fetched) => {
+                    let topics = by_topic(fetched)
+                        .into_iter()
+                        .map(|(name, parts)| {
+                            let partitions = parts
+                                .into_iter()
+                                .map(|(p, c)| {
+                                    let (offset, epoch, metadata) = unpack(c);
+                                    OffsetFetchResponsePartitions::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(offset)
+                                        .with_committed_leader_epoch(epoch)
+                                        .with_metadata(Some(text(&metadata)))
+                                })
+                                .collect();
+                            OffsetFetchResponseTopics::default()
+                                .with_name(topic(&name))
+                                .with_partitions(partitions)
+                        })
+                        .collect();
+                    group.with_topics(topics)
+                }
+            });
+        }
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let wanted = request.topics.map(|ts| {
+        ts.into_iter()
+            .flat_map(|t| {
+                t.partition_indexes
+                    .into_iter()
+                    .map(move |p| (t.name.0.to_string(), p))
+            })
+            .collect()
+    });
+    match fetch_group(ctx, &request.group_id.0, wanted).await {
+        Err(e) => OffsetFetchResponse::default().with_error_code(error::code(&e)),
+        Ok(fetched) => {
+            let topics = by_topic(fetched)
+                .into_iter()
+                .map(|(name, parts)| {
+                    let partitions = parts
+                        .into_iter()
+                        .map(|(p, c)| {
+                            let (offset, epoch, metadata) = unpack(c);
+                            OffsetFetchResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(offset)
+                                .with_committed_leader_epoch(epoch)
+                                .with_metadata(Some(text(&metadata)))
+                        })
+                        .collect();
+                    OffsetFetchResponseTopic::default()
+                        .with_name(topic(&name))
+                        .with_partitions(partitions)
+                })
+                .collect();
+            OffsetFetchResponse::default().with_topics(topics)
+        }
+    }
+}
+
+fn unpack(c: Option<CommittedOffset>) -> (i64, i32, String) {
+    match c {
+        Some(c) => (c.offset, c.leader_epoch, c.metadata),
+        None => (-1, -1, String::new()),
+    }
+}

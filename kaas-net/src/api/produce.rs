@@ -1,0 +1,176 @@
+//! Produce (v3-v11; v0-v2 advertised and refused). Batches are checked (header, CRC, magic)
+//! and queued on their partition actors in request order before this returns; the answer waits
+//! for the fsync of every partition (acks=1 and acks=all alike: the volume is the replica).
+
+use bytes::{Buf, BufMut, Bytes};
+use kaas_core::env::Env;
+use kaas_core::log::batch;
+use kaas_core::{CoreError, CoreResult};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
+use tokio::sync::oneshot;
+
+use super::{encode, raw_header, text};
+use crate::connection::{Answer, Context, Response};
+use crate::error;
+
+enum Pending {
+    Done(CoreResult<kaas_core::partition::AppendOutcome>),
+    Waiting(oneshot::Receiver<CoreResult<kaas_core::partition::AppendOutcome>>),
+}
+
+pub async fn handle<E: Env>(
+    ctx: &Context<E>,
+    header: &RequestHeader,
+    request: ProduceRequest,
+) -> Result<Answer, String> {
+    let acks = request.acks;
+    let snapshot = ctx.broker.topics.snapshot();
+    let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Pending)>)> = Vec::new();
+    for topic_data in request.topic_data {
+        let mut partitions = Vec::new();
+        for data in topic_data.partition_data {
+            let pending = if !matches!(acks, -1..=1) {
+                Pending::Done(Err(CoreError::InvalidRequest(
+                    "acks must be -1, 0 or 1".into(),
+                )))
+            } else {
+                match (
+                    snapshot.partition(&topic_data.name.0, data.index),
+                    data.records,
+                ) {
+                    (None, _) => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
+                    (Some(_), None) => Pending::Done(Err(CoreError::CorruptMessage)),
+                    (Some(partition), Some(records)) => match batch::split_produced(&records) {
+                        Err(e) => Pending::Done(Err(e.into())),
+                        Ok(batches) if acks == 0 => {
+                            partition.append_unacknowledged(batches).await;
+                            Pending::Done(Ok(kaas_core::partition::AppendOutcome {
+                                base_offset: -1,
+                                log_start_offset: -1,
+                            }))
+                        }
+                        Ok(batches) => Pending::Waiting(partition.append(batches).await),
+                    },
+                }
+            };
+            partitions.push((data.index, pending));
+        }
+        topics.push((topic_data.name, partitions));
+    }
+    if acks == 0 {
+        return Ok(Answer::Now(Response::Nothing));
+    }
+    let header = header.clone();
+    Ok(Answer::Later(Box::pin(async move {
+        let mut responses = Vec::new();
+        for (name, partitions) in topics {
+            let mut partition_responses = Vec::new();
+            for (index, pending) in partitions {
+                let result = match pending {
+                    Pending::Done(result) => result,
+                    Pending::Waiting(rx) => rx
+                        .await
+                        .unwrap_or(Err(CoreError::Storage("partition stopped".into()))),
+                };
+                partition_responses.push(partition_response(index, result));
+            }
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(name)
+                    .with_partition_responses(partition_responses),
+            );
+        }
+        let response = ProduceResponse::default().with_responses(responses);
+        encode(ApiKey::Produce, &header, &response)
+    })))
+}
+
+fn partition_response(
+    index: i32,
+    result: CoreResult<kaas_core::partition::AppendOutcome>,
+) -> PartitionProduceResponse {
+    let base = PartitionProduceResponse::default()
+        .with_index(index)
+        .with_log_append_time_ms(-1);
+    match result {
+        Ok(outcome) => base
+            .with_base_offset(outcome.base_offset)
+            .with_log_start_offset(outcome.log_start_offset),
+        Err(e) => {
+            let code = match e {
+                CoreError::InvalidRequest(_) => ResponseError::InvalidRequiredAcks.code(),
+                ref other => error::code(other),
+            };
+            base.with_error_code(code)
+                .with_base_offset(-1)
+                .with_log_start_offset(-1)
+                .with_error_message(error::message(&e).map(|m| text(&m)))
+        }
+    }
+}
+
+/// Produce v0-v2: Kafka 4 advertises them (for librdkafka's sake) and answers every partition
+/// with UNSUPPORTED_VERSION. The message crate has no v0-v2 structs, so both directions are
+/// written out here: request `acks timeout [topic [partition records]]`, response
+/// `[topic [partition error base_offset (v2: log_append_time)]] (v1+: throttle_time)`.
+pub fn refuse_old_version(header: &RequestHeader, body: &mut Bytes) -> Result<Response, String> {
+    let version = header.request_api_version;
+    let short = || "truncated produce request".to_string();
+    let string = |b: &mut Bytes| -> Result<Bytes, String> {
+        if b.remaining() < 2 {
+            return Err(short());
+        }
+        let len = b.get_i16();
+        if len < 0 || b.remaining() < len as usize {
+            return Err(short());
+        }
+        Ok(b.split_to(len as usize))
+    };
+    if body.remaining() < 10 {
+        return Err(short());
+    }
+    let acks = body.get_i16();
+    body.advance(4);
+    let topic_count = body.get_i32();
+    let mut out = raw_header(header.correlation_id);
+    out.put_i32(topic_count.max(0));
+    for _ in 0..topic_count.max(0) {
+        let name = string(body)?;
+        if body.remaining() < 4 {
+            return Err(short());
+        }
+        let partition_count = body.get_i32();
+        out.put_i16(name.len() as i16);
+        out.put_slice(&name);
+        out.put_i32(partition_count.max(0));
+        for _ in 0..partition_count.max(0) {
+            if body.remaining() < 8 {
+                return Err(short());
+            }
+            let partition = body.get_i32();
+            let records_len = body.get_i32();
+            if records_len > 0 {
+                if body.remaining() < records_len as usize {
+                    return Err(short());
+                }
+                body.advance(records_len as usize);
+            }
+            out.put_i32(partition);
+            out.put_i16(ResponseError::UnsupportedVersion.code());
+            out.put_i64(-1);
+            if version >= 2 {
+                out.put_i64(-1);
+            }
+        }
+    }
+    if version >= 1 {
+        out.put_i32(0);
+    }
+    Ok(if acks == 0 {
+        Response::Nothing
+    } else {
+        Response::Frame(out.freeze())
+    })
+}

@@ -1,0 +1,127 @@
+//! One client connection. The reader decodes each frame and hands it to its API handler in
+//! arrival order; a handler either answers at once or returns a future (produce waiting for its
+//! fsync, fetch long-polling), so later requests are not held behind it. The writer sends the
+//! answers in request order, as Kafka's protocol requires.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use kaas_core::Broker;
+use kaas_core::env::{Env, Spawner};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::api;
+use crate::frame::{self, FrameError};
+use crate::server::ShutdownSignal;
+
+/// Requests accepted on one connection and not yet answered.
+pub const IN_FLIGHT_MAX: usize = 64;
+
+/// What goes back for one request.
+pub enum Response {
+    /// A response body (header included, size prefix not).
+    Frame(Bytes),
+    /// No answer at all: acks=0 produce.
+    Nothing,
+    /// The broker cannot answer this request correctly: close rather than send garbage.
+    Close,
+}
+pub type Deferred = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+/// What a handler gives back.
+pub enum Answer {
+    Now(Response),
+    Later(Deferred),
+}
+
+/// What the handlers may know of the connection.
+pub struct Context<E: Env> {
+    pub broker: Broker<E>,
+    pub peer: String,
+}
+
+enum Slot {
+    Ready(Response),
+    Waiting(oneshot::Receiver<Response>),
+}
+
+pub async fn serve<E: Env, S>(
+    broker: Broker<E>,
+    stream: S,
+    peer: String,
+    mut shutdown: ShutdownSignal,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let max_bytes = broker.config.socket_request_max_bytes;
+    let spawner = broker.env.spawner().clone();
+    let ctx = Context { broker, peer };
+    let (mut reader, writer) = tokio::io::split(stream);
+    let (slots, slots_rx) = mpsc::channel(IN_FLIGHT_MAX);
+    spawner.spawn("connection-writer", write_responses(writer, slots_rx));
+    loop {
+        let frame = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|stop| *stop) => break,
+            frame = frame::read_frame(&mut reader, max_bytes) => frame,
+        };
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(FrameError::Closed) => break,
+            Err(FrameError::TooLarge(size)) => {
+                tracing::warn!(peer = %ctx.peer, size, "request size out of bounds: closing the connection");
+                break;
+            }
+            Err(FrameError::Io(e)) => {
+                tracing::debug!(peer = %ctx.peer, error = %e, "connection read failed");
+                break;
+            }
+        };
+        let slot = match api::dispatch(&ctx, frame).await {
+            Ok(Answer::Now(response)) => Slot::Ready(response),
+            Ok(Answer::Later(deferred)) => {
+                let (tx, rx) = oneshot::channel();
+                spawner.spawn("deferred-response", async move {
+                    let _ = tx.send(deferred.await);
+                });
+                Slot::Waiting(rx)
+            }
+            Err(why) => {
+                tracing::warn!(peer = %ctx.peer, why = %why, "undecodable request: closing the connection");
+                break;
+            }
+        };
+        if slots.send(slot).await.is_err() {
+            break; // the writer failed: the peer is gone
+        }
+    }
+}
+
+async fn write_responses<W: AsyncWrite + Unpin>(writer: W, mut slots: mpsc::Receiver<Slot>) {
+    let mut writer = BufWriter::new(writer);
+    while let Some(slot) = slots.recv().await {
+        let response = match slot {
+            Slot::Ready(response) => response,
+            Slot::Waiting(rx) => match rx.await {
+                Ok(response) => response,
+                Err(_) => break, // a handler died: the connection cannot answer in order any more
+            },
+        };
+        let body = match response {
+            Response::Frame(body) => body,
+            Response::Nothing => continue,
+            Response::Close => break,
+        };
+        if writer.write_all(&frame::frame(&body)).await.is_err() {
+            return;
+        }
+        // Flush when nothing else is ready, so pipelined answers share a write.
+        if slots.is_empty() && writer.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = writer.flush().await;
+    let _ = writer.shutdown().await;
+}

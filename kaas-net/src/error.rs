@@ -1,0 +1,56 @@
+//! The one place a kaas-core error becomes a Kafka error code.
+
+use kaas_core::CoreError;
+use kafka_protocol::ResponseError as K;
+
+pub fn code(e: &CoreError) -> i16 {
+    let kafka = match e {
+        CoreError::UnknownTopicOrPartition => K::UnknownTopicOrPartition,
+        CoreError::TopicAlreadyExists => K::TopicAlreadyExists,
+        CoreError::InvalidTopic(_) => K::InvalidTopicException,
+        CoreError::InvalidPartitions(_) => K::InvalidPartitions,
+        CoreError::InvalidReplicationFactor(_) => K::InvalidReplicationFactor,
+        CoreError::InvalidConfig(_) => K::InvalidConfig,
+        CoreError::TopicDeletionDisabled => K::TopicDeletionDisabled,
+        CoreError::OffsetOutOfRange => K::OffsetOutOfRange,
+        CoreError::CorruptMessage => K::CorruptMessage,
+        CoreError::UnsupportedForMessageFormat => K::UnsupportedForMessageFormat,
+        CoreError::InvalidRecord => K::InvalidRecord,
+        CoreError::MessageTooLarge => K::MessageTooLarge,
+        CoreError::Storage(_) => K::KafkaStorageError,
+        CoreError::CoordinatorNotAvailable => K::CoordinatorNotAvailable,
+        CoreError::InvalidGroupId => K::InvalidGroupId,
+        CoreError::InvalidSessionTimeout => K::InvalidSessionTimeout,
+        CoreError::InconsistentGroupProtocol => K::InconsistentGroupProtocol,
+        CoreError::UnknownMemberId => K::UnknownMemberId,
+        CoreError::IllegalGeneration => K::IllegalGeneration,
+        CoreError::RebalanceInProgress => K::RebalanceInProgress,
+        CoreError::MemberIdRequired(_) => K::MemberIdRequired,
+        CoreError::FencedInstanceId => K::FencedInstanceId,
+        CoreError::GroupMaxSizeReached => K::GroupMaxSizeReached,
+        CoreError::GroupIdNotFound => K::GroupIdNotFound,
+        CoreError::NonEmptyGroup => K::NonEmptyGroup,
+        CoreError::InvalidRequest(_) => K::InvalidRequest,
+    };
+    kafka.code()
+}
+
+/// The message Kafka would put beside the code, where the API has a field for one.
+pub fn message(e: &CoreError) -> Option<String> {
+    match e {
+        CoreError::InvalidTopic(m)
+        | CoreError::InvalidPartitions(m)
+        | CoreError::InvalidReplicationFactor(m)
+        | CoreError::InvalidConfig(m)
+        | CoreError::InvalidRequest(m)
+        | CoreError::Storage(m) => Some(m.clone()),
+        _ => None,
+    }
+}
+
+pub fn code_of<T>(result: &Result<T, CoreError>) -> i16 {
+    match result {
+        Ok(_) => 0,
+        Err(e) => code(e),
+    }
+}

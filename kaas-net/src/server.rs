@@ -1,0 +1,62 @@
+//! The accept loop: one connection actor per client, bounded in number, all stopped by one
+//! shutdown signal.
+
+use std::sync::Arc;
+
+use kaas_core::Broker;
+use kaas_core::env::{Env, Listener, Spawner};
+use tokio::sync::{Semaphore, watch};
+
+use crate::connection;
+
+/// Connections served at once; further clients wait in the listen backlog.
+pub const CONNECTIONS_MAX: usize = 10_000;
+const ACCEPT_BACKOFF_MS_MAX: u64 = 1000;
+
+/// Flipped to true once to stop accepting and close every connection between requests.
+pub type ShutdownSignal = watch::Receiver<bool>;
+
+pub struct Server<E: Env> {
+    broker: Broker<E>,
+    listener: <E::Net as kaas_core::env::Net>::Listener,
+}
+
+impl<E: Env> Server<E> {
+    pub fn new(broker: Broker<E>, listener: <E::Net as kaas_core::env::Net>::Listener) -> Self {
+        Server { broker, listener }
+    }
+
+    /// Accepts until `shutdown` turns true.
+    pub async fn run(self, mut shutdown: ShutdownSignal) {
+        let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+        let mut backoff_ms = 1;
+        loop {
+            let permit = limit
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore is never closed");
+            let accepted = tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => return,
+                accepted = self.listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    backoff_ms = 1;
+                    let broker = self.broker.clone();
+                    let shutdown = shutdown.clone();
+                    self.broker.env.spawner().spawn("connection", async move {
+                        connection::serve(broker, stream, peer, shutdown).await;
+                        drop(permit);
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, backoff_ms, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(backoff_ms)).await;
+                    backoff_ms = (backoff_ms * 2).min(ACCEPT_BACKOFF_MS_MAX);
+                }
+            }
+        }
+    }
+}
