@@ -289,6 +289,7 @@ impl<E: Env> GroupCoordinator<E> {
 
     fn deliver(&mut self, replies: Vec<(String, Reply)>) {
         for (group_id, reply) in replies {
+            tracing::debug!(group = %group_id, ?reply, "group reply");
             match reply {
                 Reply::Join(member_id, result) => {
                     if let Some(tx) = self.parked_joins.remove(&(group_id, member_id)) {
@@ -326,6 +327,7 @@ impl<E: Env> GroupCoordinator<E> {
         let now = Instant::now();
         match command {
             Command::Join(group_id, request, reply) => {
+                tracing::debug!(group = %group_id, member = %request.member_id, "join");
                 if let Err(e) = self.validate_join(&group_id, &request) {
                     let _ = reply.send(Err(e));
                     return;

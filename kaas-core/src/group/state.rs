@@ -189,7 +189,11 @@ impl Group {
             .filter(|m| !m.awaiting_join)
             .map(|m| m.last_heard + Duration::from_millis(m.session_timeout_ms.max(0) as u64));
         let pending = self.pending_members.values().copied();
-        sessions.chain(pending).chain(self.join_deadline).min()
+        sessions
+            .chain(pending)
+            .chain(self.join_deadline)
+            .chain(self.initial_delay_until)
+            .min()
     }
 
     fn check_protocols(

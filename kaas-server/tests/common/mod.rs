@@ -1,0 +1,95 @@
+//! A kaas broker as a child process, for tests that drive it with real clients and kill it.
+#![allow(dead_code)]
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Kaas {
+    pub data_dir: PathBuf,
+    pub port: u16,
+    settings: Vec<String>,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Kaas {
+    /// Starts a broker on a fresh data dir and a free port, with extra `--set` settings.
+    pub fn start(name: &str, settings: &[&str]) -> Kaas {
+        let data_dir =
+            std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        let mut kaas = Kaas {
+            data_dir,
+            port: free_port(),
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        kaas.spawn();
+        kaas
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kaas"));
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen")
+            .arg(self.bootstrap())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for s in &self.settings {
+            cmd.arg("--set").arg(s);
+        }
+        self.child = Some(cmd.spawn().expect("start kaas"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(self.bootstrap()).is_err() {
+            assert!(Instant::now() < deadline, "kaas did not start listening");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: no flush, no shutdown path; only what was synced survives.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("kill kaas");
+            child.wait().expect("reap kaas");
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        child.wait().expect("reap kaas")
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+}
+
+impl Drop for Kaas {
+    fn drop(&mut self) {
+        self.kill9();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
