@@ -315,10 +315,11 @@ impl<E: Env> GroupCoordinator<E> {
         {
             return Err(CoreError::InvalidSessionTimeout);
         }
-        if let Some(g) = self.groups.get(group_id) {
-            if req.member_id.is_empty() && g.members.len() >= c.group_max_size {
-                return Err(CoreError::GroupMaxSizeReached);
-            }
+        if let Some(g) = self.groups.get(group_id)
+            && req.member_id.is_empty()
+            && g.members.len() >= c.group_max_size
+        {
+            return Err(CoreError::GroupMaxSizeReached);
         }
         Ok(())
     }

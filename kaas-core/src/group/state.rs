@@ -236,12 +236,11 @@ impl Group {
         if req.member_id.is_empty() {
             return self.join_new_member(req, now, unique, replies);
         }
-        if let Some(instance) = &req.group_instance_id {
-            if let Some(current) = self.static_members.get(instance) {
-                if *current != req.member_id {
-                    return JoinAction::Done(Err(CoreError::FencedInstanceId));
-                }
-            }
+        if let Some(instance) = &req.group_instance_id
+            && let Some(current) = self.static_members.get(instance)
+            && *current != req.member_id
+        {
+            return JoinAction::Done(Err(CoreError::FencedInstanceId));
         }
         if self.pending_members.remove(&req.member_id).is_some() {
             let member_id = req.member_id.clone();
@@ -525,10 +524,10 @@ impl Group {
 
     fn remove_member(&mut self, member_id: &str) -> Option<Member> {
         let member = self.members.remove(member_id)?;
-        if let Some(instance) = &member.group_instance_id {
-            if self.static_members.get(instance).map(String::as_str) == Some(member_id) {
-                self.static_members.remove(instance);
-            }
+        if let Some(instance) = &member.group_instance_id
+            && self.static_members.get(instance).map(String::as_str) == Some(member_id)
+        {
+            self.static_members.remove(instance);
         }
         if self.leader.as_deref() == Some(member_id) {
             self.leader = None;
@@ -543,12 +542,11 @@ impl Group {
         instance: Option<&str>,
         generation_id: i32,
     ) -> CoreResult<()> {
-        if let Some(instance) = instance {
-            if let Some(current) = self.static_members.get(instance) {
-                if current != member_id {
-                    return Err(CoreError::FencedInstanceId);
-                }
-            }
+        if let Some(instance) = instance
+            && let Some(current) = self.static_members.get(instance)
+            && current != member_id
+        {
+            return Err(CoreError::FencedInstanceId);
         }
         if !self.members.contains_key(member_id) {
             return Err(CoreError::UnknownMemberId);
@@ -627,9 +625,7 @@ impl Group {
         if self.state == GroupState::Empty {
             return Err(CoreError::UnknownMemberId);
         }
-        if let Err(e) = self.check_member(member_id, instance, generation_id) {
-            return Err(e);
-        }
+        self.check_member(member_id, instance, generation_id)?;
         self.members.get_mut(member_id).expect("member").last_heard = now;
         match self.state {
             GroupState::PreparingRebalance => Err(CoreError::RebalanceInProgress),
@@ -700,10 +696,10 @@ impl Group {
             .collect();
         for member_id in expired {
             tracing::info!(group = %self.group_id, member = %member_id, "member session expired");
-            if let Some(member) = self.remove_member(&member_id) {
-                if member.awaiting_sync {
-                    replies.push(Reply::Sync(member_id, Err(CoreError::UnknownMemberId)));
-                }
+            if let Some(member) = self.remove_member(&member_id)
+                && member.awaiting_sync
+            {
+                replies.push(Reply::Sync(member_id, Err(CoreError::UnknownMemberId)));
             }
             self.after_member_removed(now, replies);
         }

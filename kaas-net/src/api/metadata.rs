@@ -55,11 +55,9 @@ pub async fn handle<E: Env>(
                         }
                     },
                 };
-                if allow_create {
-                    if let Err(e) = broker.topics.ensure(&name).await {
-                        topics.push(missing(Some(&name), [0; 16], error::code(&e)));
-                        continue;
-                    }
+                if allow_create && let Err(e) = broker.topics.ensure(&name).await {
+                    topics.push(missing(Some(&name), [0; 16], error::code(&e)));
+                    continue;
                 }
                 let snapshot: std::sync::Arc<MetadataSnapshot> = broker.topics.snapshot();
                 match snapshot.topics.get(&name) {

@@ -89,6 +89,8 @@ pub async fn commit<E: Env>(
 }
 
 type Fetched = CoreResult<Vec<(TopicPartition, Option<CommittedOffset>)>>;
+/// One topic's partitions and their committed offsets (None: nothing committed).
+type TopicOffsets = (String, Vec<(i32, Option<CommittedOffset>)>);
 
 async fn fetch_group<E: Env>(
     ctx: &Context<E>,
@@ -102,10 +104,8 @@ async fn fetch_group<E: Env>(
 }
 
 /// Groups (topic, [(partition, offset)]) in first-seen order.
-fn by_topic(
-    fetched: Vec<(TopicPartition, Option<CommittedOffset>)>,
-) -> Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> {
-    let mut out: Vec<(String, Vec<(i32, Option<CommittedOffset>)>)> = Vec::new();
+fn by_topic(fetched: Vec<(TopicPartition, Option<CommittedOffset>)>) -> Vec<TopicOffsets> {
+    let mut out: Vec<TopicOffsets> = Vec::new();
     for ((t, p), c) in fetched {
         match out.iter_mut().find(|(name, _)| *name == t) {
             Some((_, list)) => list.push((p, c)),

@@ -1,0 +1,226 @@
+//! A simulated Kafka client: the real wire protocol (kafka-protocol's structs, Kafka framing)
+//! over turmoil's network. Workloads are written against it; it survives broker crashes by
+//! reconnecting, and reports a lost connection as an indefinite outcome.
+
+use std::io;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use turmoil::net::TcpStream;
+
+pub struct WireClient {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+/// What a call to the broker came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<T> {
+    Ok(T),
+    /// The broker answered with this error code: nothing happened.
+    Failed(i16),
+    /// The connection broke: the request may or may not have taken effect.
+    Indefinite,
+}
+
+fn text(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+impl WireClient {
+    pub async fn connect(host: &str, port: u16) -> io::Result<WireClient> {
+        let stream = TcpStream::connect((host, port)).await?;
+        Ok(WireClient {
+            stream,
+            correlation_id: 0,
+        })
+    }
+
+    pub async fn call<Req, Resp>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> io::Result<Resp>
+    where
+        Req: Encodable + HeaderVersion,
+        Resp: Decodable,
+    {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(text("kaas-sim")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, Req::header_version(version))
+            .map_err(io::Error::other)?;
+        request
+            .encode(&mut body, version)
+            .map_err(io::Error::other)?;
+        let mut frame = BytesMut::with_capacity(body.len() + 4);
+        frame.put_i32(body.len() as i32);
+        frame.put_slice(&body);
+        self.stream.write_all(&frame).await?;
+        let size = self.stream.read_i32().await?;
+        let mut buf = vec![0u8; size.max(0) as usize];
+        self.stream.read_exact(&mut buf).await?;
+        let mut buf = Bytes::from(buf);
+        let response_header =
+            ResponseHeader::decode(&mut buf, key.response_header_version(version))
+                .map_err(io::Error::other)?;
+        if response_header.correlation_id != self.correlation_id {
+            return Err(io::Error::other("correlation id mismatch"));
+        }
+        let response = Resp::decode(&mut buf, version).map_err(io::Error::other)?;
+        if buf.has_remaining() {
+            return Err(io::Error::other("trailing bytes in response"));
+        }
+        Ok(response)
+    }
+
+    pub async fn create_topic(&mut self, name: &str, partitions: i32) -> io::Result<i16> {
+        let request = CreateTopicsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![
+                CreatableTopic::default()
+                    .with_name(TopicName(text(name)))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(1),
+            ]);
+        let response: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 7, &request).await?;
+        Ok(response.topics.first().map(|t| t.error_code).unwrap_or(-1))
+    }
+
+    /// Produces one uncompressed batch of `values` with acks=all; the base offset on success.
+    pub async fn produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        values: &[Bytes],
+        timestamp_ms: i64,
+    ) -> Outcome<i64> {
+        let records: Vec<Record> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp: timestamp_ms,
+                key: None,
+                value: Some(v.clone()),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut batch = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        if RecordBatchEncoder::encode(&mut batch, records.iter(), &options).is_err() {
+            return Outcome::Failed(-1);
+        }
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(text(topic)))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(batch.freeze())),
+                    ]),
+            ]);
+        match self
+            .call::<_, ProduceResponse>(ApiKey::Produce, 9, &request)
+            .await
+        {
+            Err(_) => Outcome::Indefinite,
+            Ok(response) => {
+                let Some(p) = response
+                    .responses
+                    .first()
+                    .and_then(|t| t.partition_responses.first())
+                else {
+                    return Outcome::Failed(-1);
+                };
+                if p.error_code == 0 {
+                    Outcome::Ok(p.base_offset)
+                } else {
+                    Outcome::Failed(p.error_code)
+                }
+            }
+        }
+    }
+
+    /// One fetch from `offset`: the records as (offset, value), and the high watermark.
+    pub async fn fetch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> Outcome<(Vec<(i64, Bytes)>, i64)> {
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(TopicName(text(topic)))
+                    .with_partitions(vec![
+                        FetchPartition::default()
+                            .with_partition(partition)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(1 << 20),
+                    ]),
+            ]);
+        let response: FetchResponse = match self.call(ApiKey::Fetch, 12, &request).await {
+            Ok(r) => r,
+            Err(_) => return Outcome::Indefinite,
+        };
+        let Some(p) = response
+            .responses
+            .first()
+            .and_then(|t| t.partitions.first())
+        else {
+            return Outcome::Failed(-1);
+        };
+        if p.error_code != 0 {
+            return Outcome::Failed(p.error_code);
+        }
+        let mut out = Vec::new();
+        if let Some(mut records) = p.records.clone() {
+            while records.has_remaining() {
+                let Ok(set) = RecordBatchDecoder::decode(&mut records) else {
+                    return Outcome::Failed(-2);
+                };
+                for r in set.records {
+                    if r.offset >= offset {
+                        out.push((r.offset, r.value.unwrap_or_default()));
+                    }
+                }
+            }
+        }
+        Outcome::Ok((out, p.high_watermark))
+    }
+}

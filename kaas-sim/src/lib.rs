@@ -1,0 +1,9 @@
+//! kaas-sim: the real broker in a simulated world. Broker hosts run the production kaas-core
+//! and kaas-net code over turmoil's network and clock and one shared `SimVolume`; simulated
+//! clients speak the Kafka wire protocol; every run is a pure function of its seed.
+
+pub mod client;
+pub mod env;
+pub mod hosts;
+pub mod scenarios;
+pub mod volume;

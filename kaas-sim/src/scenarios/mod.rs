@@ -1,0 +1,56 @@
+//! Scenarios: a workload, its faults and its checks, each a pure function of a seed.
+
+pub mod smoke;
+
+/// What one seed of one scenario came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub pass: bool,
+    /// A digest of everything observable: client outcomes and the final volume.
+    pub trace: u64,
+    pub sim_seconds: f64,
+    /// What failed, empty on a pass.
+    pub violations: Vec<String>,
+}
+
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub run: fn(u64) -> RunResult,
+}
+
+pub const ALL: &[Scenario] = &[Scenario {
+    name: "smoke",
+    about: "one broker, acks=all producer and reader over the wire, crash + restart with torn writes",
+    run: smoke::run,
+}];
+
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    ALL.iter().find(|s| s.name == name)
+}
+
+/// FNV-1a, for trace digests: stable across builds and platforms, unlike std's hasher.
+pub struct Digest(u64);
+
+impl Default for Digest {
+    fn default() -> Self {
+        Digest(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Digest {
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    pub fn feed_u64(&mut self, v: u64) {
+        self.feed(&v.to_le_bytes());
+    }
+
+    pub fn finish(&self) -> u64 {
+        self.0
+    }
+}
