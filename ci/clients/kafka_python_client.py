@@ -1,0 +1,48 @@
+"""kafka-python 3.x against kaas: admin create, compressed acks=all produce, a group consumer
+that commits, and a second member of the group resuming from the commit."""
+import sys
+import time
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+
+bootstrap = sys.argv[1]
+topic, group, count = "kafka-python", "kafka-python-group", 300
+
+admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
+assert topic in admin.list_topics(), admin.list_topics()
+
+# kafka-python 3 turns idempotence on by default; InitProducerId arrives with the idempotent
+# producer (issue 4), until then this script asks for the plain producer.
+producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip",
+                         enable_idempotence=False)
+futures = [producer.send(topic, key=str(i).encode(), value=f"m{i}".encode()) for i in range(count)]
+producer.flush()
+acked = {(m.partition, m.offset) for m in (f.get(timeout=30) for f in futures)}
+assert len(acked) == count, len(acked)
+
+consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                         auto_offset_reset="earliest", enable_auto_commit=False)
+seen = set()
+deadline = time.time() + 60
+while len(seen) < count and time.time() < deadline:
+    for records in consumer.poll(timeout_ms=500).values():
+        for r in records:
+            seen.add((r.partition, r.offset))
+assert seen == acked, f"consumed {len(seen)} of {count}"
+consumer.commit()
+committed = sum(consumer.committed(TopicPartition(topic, p)) or 0 for p in range(3))
+assert committed == count, committed
+consumer.close()
+
+again = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                      auto_offset_reset="earliest", enable_auto_commit=False)
+leftover = sum(len(v) for v in again.poll(timeout_ms=3000).values())
+assert leftover == 0, f"{leftover} records redelivered after the commit"
+again.close()
+listed = admin.list_groups()
+assert any(group in str(g) for g in listed), listed
+described = admin.describe_groups([group])
+assert "Empty" in str(described), described
+print(f"kafka-python: {count} produced, consumed and committed")
