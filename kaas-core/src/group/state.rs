@@ -761,3 +761,256 @@ impl Group {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(member_id: &str, instance: Option<&str>) -> JoinRequest {
+        JoinRequest {
+            member_id: member_id.to_string(),
+            group_instance_id: instance.map(str::to_string),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
+            require_known_member_id: true,
+        }
+    }
+
+    /// Joins a new dynamic member the v4+ way (learn the id, rejoin with it). Returns its id.
+    fn join_new(g: &mut Group, now: Instant, replies: &mut Vec<Reply>) -> String {
+        let JoinAction::Done(Err(CoreError::MemberIdRequired(id))) =
+            g.join(request("", None), now, 7, replies)
+        else {
+            panic!("a new member must learn its id first")
+        };
+        assert!(matches!(
+            g.join(request(&id, None), now, 7, replies),
+            JoinAction::Parked { .. }
+        ));
+        id
+    }
+
+    fn joined(replies: &[Reply]) -> Vec<(String, i32, String)> {
+        replies
+            .iter()
+            .filter_map(|r| match r {
+                Reply::Join(id, Ok(o)) => Some((id.clone(), o.generation_id, o.leader.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_member_joins_syncs_and_becomes_stable() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into(), 0);
+        let mut replies = Vec::new();
+        let id = join_new(&mut g, now, &mut replies);
+        assert_eq!(joined(&replies), vec![(id.clone(), 1, id.clone())]);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        replies.clear();
+        let assignment = vec![(id.clone(), Bytes::from_static(b"all"))];
+        let answer = g.sync(&id, None, 1, assignment, now, &mut replies);
+        assert!(
+            answer.is_none(),
+            "the leader's sync is answered through a reply"
+        );
+        assert!(
+            matches!(&replies[..], [Reply::Sync(m, Ok(o))] if *m == id && o.assignment == Bytes::from_static(b"all"))
+        );
+        assert_eq!(g.state, GroupState::Stable);
+        assert_eq!(g.heartbeat(&id, None, 1, now), Ok(()));
+        assert_eq!(
+            g.heartbeat(&id, None, 0, now),
+            Err(CoreError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.heartbeat("stranger", None, 1, now),
+            Err(CoreError::UnknownMemberId)
+        );
+        g.check_invariants();
+    }
+
+    #[test]
+    fn a_second_member_triggers_a_rebalance_that_both_finish() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into(), 0);
+        let mut replies = Vec::new();
+        let a = join_new(&mut g, now, &mut replies);
+        g.sync(&a, None, 1, vec![], now, &mut replies);
+        replies.clear();
+        let b = join_new(&mut g, now, &mut replies);
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        assert!(
+            joined(&replies).is_empty(),
+            "the join waits for the old member"
+        );
+        assert_eq!(
+            g.heartbeat(&a, None, 1, now),
+            Err(CoreError::RebalanceInProgress)
+        );
+        assert_eq!(
+            g.check_commit(&a, None, 1),
+            Ok(()),
+            "commits of the old generation are allowed while preparing"
+        );
+        g.join(request(&a, None), now, 7, &mut replies);
+        let mut done = joined(&replies);
+        done.sort();
+        let mut expected = vec![(a.clone(), 2, a.clone()), (b.clone(), 2, a.clone())];
+        expected.sort();
+        assert_eq!(
+            done, expected,
+            "both join generation 2 with the old leader kept"
+        );
+        assert_eq!(
+            g.check_commit(&b, None, 2),
+            Err(CoreError::RebalanceInProgress)
+        );
+        g.check_invariants();
+    }
+
+    #[test]
+    fn a_silent_member_expires_and_a_missing_rejoin_times_out() {
+        let t0 = Instant::now();
+        let mut g = Group::new("g".into(), 0);
+        let mut replies = Vec::new();
+        let a = join_new(&mut g, t0, &mut replies);
+        g.sync(&a, None, 1, vec![], t0, &mut replies);
+        let b = join_new(&mut g, t0, &mut replies);
+        // `a` keeps heartbeating but never rejoins: after the rebalance timeout `b` alone forms
+        // generation 2.
+        replies.clear();
+        for s in [5, 10, 15, 20, 25] {
+            let at = t0 + Duration::from_secs(s);
+            assert_eq!(
+                g.heartbeat(&a, None, 1, at),
+                Err(CoreError::RebalanceInProgress)
+            );
+            g.tick(at, &mut replies);
+        }
+        g.tick(t0 + Duration::from_millis(29_999), &mut replies);
+        assert!(joined(&replies).is_empty());
+        g.tick(t0 + Duration::from_millis(30_000), &mut replies);
+        assert_eq!(joined(&replies), vec![(b.clone(), 2, b.clone())]);
+        assert!(!g.members.contains_key(&a));
+        // `b` then stops heartbeating: its session expires and the group empties.
+        replies.clear();
+        let later = t0 + Duration::from_millis(30_000 + 10_000);
+        g.tick(later, &mut replies);
+        assert!(g.members.is_empty());
+        assert_eq!(g.state, GroupState::Empty);
+        assert_eq!(g.generation_id, 3);
+        g.check_invariants();
+    }
+
+    #[test]
+    fn a_restarted_static_member_takes_its_place_and_fences_the_old_id() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into(), 0);
+        let mut replies = Vec::new();
+        let JoinAction::Parked { member_id: old } =
+            g.join(request("", Some("pod-0")), now, 1, &mut replies)
+        else {
+            panic!("static members join without learning an id first")
+        };
+        g.sync(
+            &old,
+            Some("pod-0"),
+            1,
+            vec![(old.clone(), Bytes::from_static(b"p0"))],
+            now,
+            &mut replies,
+        );
+        assert_eq!(g.state, GroupState::Stable);
+        let JoinAction::Done(Ok(outcome)) =
+            g.join(request("", Some("pod-0")), now, 2, &mut replies)
+        else {
+            panic!("an unchanged static member rejoins without a rebalance")
+        };
+        assert_eq!(g.state, GroupState::Stable);
+        assert_eq!(outcome.generation_id, 1);
+        assert_ne!(outcome.member_id, old);
+        assert_eq!(
+            g.heartbeat(&old, Some("pod-0"), 1, now),
+            Err(CoreError::FencedInstanceId)
+        );
+        assert_eq!(
+            g.heartbeat(&outcome.member_id, Some("pod-0"), 1, now),
+            Ok(())
+        );
+        let answer = g.sync(
+            &outcome.member_id,
+            Some("pod-0"),
+            1,
+            vec![],
+            now,
+            &mut replies,
+        );
+        assert!(
+            matches!(answer, Some(Ok(o)) if o.assignment == Bytes::from_static(b"p0")),
+            "the assignment carries over"
+        );
+        assert_eq!(g.leave("", Some("pod-0"), now, &mut replies), Ok(()));
+        assert_eq!(
+            g.state,
+            GroupState::Empty,
+            "the last member leaving empties the group"
+        );
+        assert_eq!(
+            g.heartbeat(&outcome.member_id, Some("pod-0"), 1, now),
+            Err(CoreError::UnknownMemberId)
+        );
+        g.check_invariants();
+    }
+
+    #[test]
+    fn the_initial_delay_gathers_members_before_the_first_generation() {
+        let t0 = Instant::now();
+        let mut g = Group::new("g".into(), 3000);
+        let mut replies = Vec::new();
+        let a = join_new(&mut g, t0, &mut replies);
+        let b = join_new(&mut g, t0 + Duration::from_millis(1000), &mut replies);
+        assert!(joined(&replies).is_empty());
+        assert_eq!(
+            g.next_deadline(),
+            Some(t0 + Duration::from_millis(4000)),
+            "a newcomer extends the delay"
+        );
+        g.tick(t0 + Duration::from_millis(3000), &mut replies);
+        assert!(joined(&replies).is_empty());
+        g.tick(t0 + Duration::from_millis(4000), &mut replies);
+        let members: Vec<String> = joined(&replies)
+            .into_iter()
+            .map(|(id, generation, _)| {
+                assert_eq!(generation, 1);
+                id
+            })
+            .collect();
+        assert_eq!(members.len(), 2);
+        assert!(members.contains(&a) && members.contains(&b));
+    }
+
+    #[test]
+    fn protocols_must_be_shared() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into(), 0);
+        let mut replies = Vec::new();
+        join_new(&mut g, now, &mut replies);
+        let mut other = request("", None);
+        other.protocols = vec![("sticky".into(), Bytes::new())];
+        assert!(matches!(
+            g.join(other, now, 1, &mut replies),
+            JoinAction::Done(Err(CoreError::InconsistentGroupProtocol))
+        ));
+        assert!(transition_valid(
+            GroupState::Stable,
+            GroupState::PreparingRebalance
+        ));
+        assert!(!transition_valid(GroupState::Empty, GroupState::Stable));
+    }
+}

@@ -81,6 +81,13 @@ impl Kaas {
         child.wait().expect("reap kaas")
     }
 
+    /// True while the broker process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().expect("poll kaas").is_none())
+    }
+
     pub fn restart(&mut self) {
         self.kill9();
         self.spawn();
