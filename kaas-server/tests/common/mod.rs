@@ -49,7 +49,11 @@ impl Kaas {
             .arg("--listen")
             .arg(self.bootstrap())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::inherit())
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            );
         for s in &self.settings {
             cmd.arg("--set").arg(s);
         }
