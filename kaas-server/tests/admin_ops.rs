@@ -281,3 +281,34 @@ async fn retention_deletes_old_segments() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_zero_and_acks_one_produce() {
+    let kaas = Kaas::start("acks", &["num.partitions=1"]);
+    for (acks, topic) in [("0", "fire-and-forget"), ("1", "leader-ack")] {
+        let p: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", kaas.bootstrap())
+            .set("acks", acks)
+            .create()
+            .unwrap();
+        for i in 0..100 {
+            let payload = format!("m{i}");
+            let delivered = p
+                .send(FutureRecord::<(), _>::to(topic).payload(&payload), T)
+                .await
+                .unwrap();
+            if acks == "1" {
+                assert_eq!(delivered.offset, i, "acks=1 answers with the offset");
+            }
+        }
+        let c = consumer(&kaas);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.fetch_watermarks(topic, 0, T).unwrap() != (0, 100) {
+            assert!(
+                Instant::now() < deadline,
+                "acks={acks}: not every record arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
