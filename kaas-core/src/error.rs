@@ -20,6 +20,8 @@ pub enum CoreError {
     UnsupportedForMessageFormat,
     InvalidRecord,
     MessageTooLarge,
+    /// Produce with acks other than -1, 0 or 1.
+    InvalidRequiredAcks,
     /// The volume failed; the effect of a write that got this is unknown.
     Storage(String),
     // Groups.

@@ -17,6 +17,7 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::UnsupportedForMessageFormat => K::UnsupportedForMessageFormat,
         CoreError::InvalidRecord => K::InvalidRecord,
         CoreError::MessageTooLarge => K::MessageTooLarge,
+        CoreError::InvalidRequiredAcks => K::InvalidRequiredAcks,
         CoreError::Storage(_) => K::KafkaStorageError,
         CoreError::CoordinatorNotAvailable => K::CoordinatorNotAvailable,
         CoreError::InvalidGroupId => K::InvalidGroupId,

@@ -99,11 +99,7 @@ fn partition_response(
             .with_base_offset(outcome.base_offset)
             .with_log_start_offset(outcome.log_start_offset),
         Err(e) => {
-            let code = match e {
-                CoreError::InvalidRequest(_) => ResponseError::InvalidRequiredAcks.code(),
-                ref other => error::code(other),
-            };
-            base.with_error_code(code)
+            base.with_error_code(error::code(&e))
                 .with_base_offset(-1)
                 .with_log_start_offset(-1)
                 .with_error_message(error::message(&e).map(|m| text(&m)))
