@@ -98,12 +98,11 @@ fn partition_response(
         Ok(outcome) => base
             .with_base_offset(outcome.base_offset)
             .with_log_start_offset(outcome.log_start_offset),
-        Err(e) => {
-            base.with_error_code(error::code(&e))
-                .with_base_offset(-1)
-                .with_log_start_offset(-1)
-                .with_error_message(error::message(&e).map(|m| text(&m)))
-        }
+        Err(e) => base
+            .with_error_code(error::code(&e))
+            .with_base_offset(-1)
+            .with_log_start_offset(-1)
+            .with_error_message(error::message(&e).map(|m| text(&m))),
     }
 }
 
