@@ -4,7 +4,7 @@ import sys
 import time
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 bootstrap = sys.argv[1]
 topic, group, count = "kafka-python", "kafka-python-group", 300
@@ -45,4 +45,17 @@ listed = admin.list_groups()
 assert any(group in str(g) for g in listed), listed
 described = admin.describe_groups([group])
 assert "Empty" in str(described), described
-print(f"kafka-python: {count} produced, consumed and committed")
+
+# IncrementalAlterConfigs on a topic and on the broker, DescribeConfigs, DescribeCluster.
+altered = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "123456"})])
+assert altered == {"topic": {topic: "OK"}}, altered
+altered = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0", configs={"log.retention.bytes": "1073741824"})])
+assert altered == {"broker": {"0": "OK"}}, altered
+described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])["topic"][topic]
+assert described["retention.ms"]["value"] == "123456", described
+assert described["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG", described
+assert described["retention.bytes"]["config_source"] == "DYNAMIC_BROKER_CONFIG", described
+cluster = admin.describe_cluster()
+assert cluster["controller_id"] == 0 and len(cluster["brokers"]) == 1, cluster
+admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0", configs={"log.retention.bytes": ("DELETE", None)})])
+print(f"kafka-python: {count} produced, consumed and committed; configs altered and described")

@@ -23,12 +23,7 @@ impl<E: Env> Broker<E> {
         let config = Arc::new(config);
         let topics = topics::start(&env, config.clone()).await?;
         let groups = group::start(&env, config.clone()).await?;
-        Ok(Broker {
-            env,
-            config,
-            topics,
-            groups,
-        })
+        Ok(Broker { env, config, topics, groups })
     }
 
     /// Flushes and closes every partition log.

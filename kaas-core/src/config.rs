@@ -59,10 +59,7 @@ impl Default for BrokerConfig {
 }
 
 fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, String> {
-    value
-        .trim()
-        .parse()
-        .map_err(|_| format!("invalid value {value:?} for {name}"))
+    value.trim().parse().map_err(|_| format!("invalid value {value:?} for {name}"))
 }
 
 impl BrokerConfig {
@@ -85,27 +82,16 @@ impl BrokerConfig {
             "log.retention.minutes" => self.log_retention_ms = parse::<i64>(name, value)? * 60_000,
             "log.retention.hours" => self.log_retention_ms = parse::<i64>(name, value)? * 3_600_000,
             "log.retention.bytes" => self.log_retention_bytes = parse(name, value)?,
-            "log.retention.check.interval.ms" => {
-                self.log_retention_check_interval_ms = parse(name, value)?
-            }
+            "log.retention.check.interval.ms" => self.log_retention_check_interval_ms = parse(name, value)?,
             "message.max.bytes" => self.message_max_bytes = parse(name, value)?,
             "socket.request.max.bytes" => self.socket_request_max_bytes = parse(name, value)?,
-            "group.initial.rebalance.delay.ms" => {
-                self.group_initial_rebalance_delay_ms = parse(name, value)?
-            }
-            "group.min.session.timeout.ms" => {
-                self.group_min_session_timeout_ms = parse(name, value)?
-            }
-            "group.max.session.timeout.ms" => {
-                self.group_max_session_timeout_ms = parse(name, value)?
-            }
+            "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = parse(name, value)?,
+            "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = parse(name, value)?,
+            "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = parse(name, value)?,
             "group.max.size" => self.group_max_size = parse(name, value)?,
             "delete.topic.enable" => self.delete_topic_enable = parse(name, value)?,
             "cluster.id" => self.cluster_id = value.to_string(),
-            _ => tracing::warn!(
-                name,
-                "unknown configuration name: kept, but it changes nothing"
-            ),
+            _ => tracing::warn!(name, "unknown configuration name: kept, but it changes nothing"),
         }
         self.explicit.insert(name.to_string(), value.to_string());
         Ok(())
@@ -131,10 +117,7 @@ impl BrokerConfig {
         let mut m = BTreeMap::new();
         m.insert("cleanup.policy", "delete".to_string());
         m.insert("compression.type", "producer".to_string());
-        m.insert(
-            "index.interval.bytes",
-            self.log_index_interval_bytes.to_string(),
-        );
+        m.insert("index.interval.bytes", self.log_index_interval_bytes.to_string());
         m.insert("max.message.bytes", self.message_max_bytes.to_string());
         m.insert("message.timestamp.type", "CreateTime".to_string());
         m.insert("min.insync.replicas", "1".to_string());
@@ -144,13 +127,34 @@ impl BrokerConfig {
         m
     }
 
+    /// What a partition of a topic runs with: the topic's overrides on the broker defaults.
+    pub fn partition_settings(&self, overrides: &BTreeMap<String, String>) -> PartitionSettings {
+        let max_message_bytes = overrides.get("max.message.bytes").and_then(|v| v.parse::<i64>().ok());
+        PartitionSettings {
+            log: self.log_config(overrides),
+            max_message_bytes: max_message_bytes.unwrap_or(i64::from(self.message_max_bytes)).max(0) as usize,
+        }
+    }
+
+    /// This configuration with dynamic broker overrides applied (IncrementalAlterConfigs on
+    /// the broker resource). Each name must be one of `DYNAMIC_BROKER_CONFIGS`.
+    pub fn with_dynamic(&self, dynamic: &BTreeMap<String, String>) -> Result<BrokerConfig, String> {
+        let mut out = self.clone();
+        for (name, value) in dynamic {
+            if !DYNAMIC_BROKER_CONFIGS.contains(&name.as_str()) {
+                return Err(format!("{name} cannot be updated dynamically; set it with --set and restart"));
+            }
+            out.set(name, value)?;
+            out.explicit.remove(name);
+        }
+        Ok(out)
+    }
+
     /// The log settings of a topic: its overrides on top of the broker defaults.
     pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
         let get = |name: &str| overrides.get(name).and_then(|v| v.parse::<i64>().ok());
         LogConfig {
-            segment_bytes: get("segment.bytes")
-                .map(|v| v.max(1024) as u64)
-                .unwrap_or(self.log_segment_bytes),
+            segment_bytes: get("segment.bytes").map(|v| v.max(1024) as u64).unwrap_or(self.log_segment_bytes),
             index_interval_bytes: get("index.interval.bytes")
                 .map(|v| v.max(0) as u64)
                 .unwrap_or(self.log_index_interval_bytes),
@@ -158,6 +162,32 @@ impl BrokerConfig {
             retention_bytes: get("retention.bytes").unwrap_or(self.log_retention_bytes),
         }
     }
+}
+
+/// Broker settings that IncrementalAlterConfigs may change at run time: the defaults of every
+/// topic's log. Everything else is static.
+pub const DYNAMIC_BROKER_CONFIGS: &[&str] =
+    &["log.retention.ms", "log.retention.bytes", "log.segment.bytes", "log.index.interval.bytes", "message.max.bytes"];
+
+/// The broker setting that gives a topic config its default, where the names differ.
+pub fn broker_name_of(topic_config: &str) -> &str {
+    match topic_config {
+        "retention.ms" => "log.retention.ms",
+        "retention.bytes" => "log.retention.bytes",
+        "segment.bytes" => "log.segment.bytes",
+        "index.interval.bytes" => "log.index.interval.bytes",
+        "max.message.bytes" => "message.max.bytes",
+        "cleanup.policy" => "log.cleanup.policy",
+        "message.timestamp.type" => "log.message.timestamp.type",
+        other => other,
+    }
+}
+
+/// A partition's settings: the log's, and the largest batch it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionSettings {
+    pub log: LogConfig,
+    pub max_message_bytes: usize,
 }
 
 /// Checks a topic config override's name and value; the error text goes to the client.
@@ -223,10 +253,7 @@ mod tests {
     #[test]
     fn kafka_names_set_fields_and_properties_files_parse() {
         let mut c = BrokerConfig::default();
-        c.apply_properties(
-            "# comment\nnum.partitions=6\n\nlog.retention.hours = 1\nunknown.thing=1\n",
-        )
-        .unwrap();
+        c.apply_properties("# comment\nnum.partitions=6\n\nlog.retention.hours = 1\nunknown.thing=1\n").unwrap();
         assert_eq!(c.num_partitions, 6);
         assert_eq!(c.log_retention_ms, 3_600_000);
         assert!(c.set("num.partitions", "zero").is_err());

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::config::PartitionSettings;
 use crate::env::{Clock, Env, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::log::batch::BatchHeader;
@@ -49,7 +50,7 @@ enum Command {
         offset: i64,
         reply: oneshot::Sender<CoreResult<i64>>,
     },
-    SetConfig(LogConfig),
+    SetConfig(PartitionSettings),
     EnforceRetention,
     /// Syncs and stops; with `delete`, removes the partition's files first.
     Stop {
@@ -76,20 +77,10 @@ impl PartitionHandle {
 
     /// Queues an append. The returned receiver resolves once the batches are durable (or failed).
     /// Queuing happens before this returns, so appends from one connection keep their order.
-    pub async fn append(
-        &self,
-        batches: Vec<(BatchHeader, Bytes)>,
-    ) -> oneshot::Receiver<CoreResult<AppendOutcome>> {
+    pub async fn append(&self, batches: Vec<(BatchHeader, Bytes)>) -> oneshot::Receiver<CoreResult<AppendOutcome>> {
         let (reply, rx) = oneshot::channel();
-        if let Err(mpsc::error::SendError(Command::Append {
-            reply: Some(reply), ..
-        })) = self
-            .tx
-            .send(Command::Append {
-                batches,
-                reply: Some(reply),
-            })
-            .await
+        if let Err(mpsc::error::SendError(Command::Append { reply: Some(reply), .. })) =
+            self.tx.send(Command::Append { batches, reply: Some(reply) }).await
         {
             let _ = reply.send(Err(stopped()));
         }
@@ -98,13 +89,7 @@ impl PartitionHandle {
 
     /// acks=0: append without an answer.
     pub async fn append_unacknowledged(&self, batches: Vec<(BatchHeader, Bytes)>) {
-        let _ = self
-            .tx
-            .send(Command::Append {
-                batches,
-                reply: None,
-            })
-            .await;
+        let _ = self.tx.send(Command::Append { batches, reply: None }).await;
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
@@ -114,35 +99,23 @@ impl PartitionHandle {
     }
 
     pub async fn read(&self, offset: i64, max_bytes: usize) -> CoreResult<Bytes> {
-        self.ask(|reply| Command::Read {
-            offset,
-            max_bytes,
-            reply,
-        })
-        .await
-        .unwrap_or_else(|| Err(stopped()))
+        self.ask(|reply| Command::Read { offset, max_bytes, reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 
     pub async fn offset_for_time(&self, timestamp: i64) -> CoreResult<Option<i64>> {
-        self.ask(|reply| Command::OffsetForTime { timestamp, reply })
-            .await
-            .unwrap_or_else(|| Err(stopped()))
+        self.ask(|reply| Command::OffsetForTime { timestamp, reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 
     pub async fn max_timestamp(&self) -> CoreResult<i64> {
-        self.ask(|reply| Command::MaxTimestamp { reply })
-            .await
-            .ok_or_else(stopped)
+        self.ask(|reply| Command::MaxTimestamp { reply }).await.ok_or_else(stopped)
     }
 
     pub async fn delete_records(&self, offset: i64) -> CoreResult<i64> {
-        self.ask(|reply| Command::DeleteRecords { offset, reply })
-            .await
-            .unwrap_or_else(|| Err(stopped()))
+        self.ask(|reply| Command::DeleteRecords { offset, reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 
-    pub async fn set_config(&self, config: LogConfig) {
-        let _ = self.tx.send(Command::SetConfig(config)).await;
+    pub async fn set_config(&self, settings: PartitionSettings) {
+        let _ = self.tx.send(Command::SetConfig(settings)).await;
     }
 
     pub async fn enforce_retention(&self) {
@@ -172,8 +145,7 @@ struct PartitionActor<E: Env> {
 pub async fn start<E: Env>(
     env: &E,
     dir: String,
-    config: LogConfig,
-    max_message_bytes: usize,
+    settings: PartitionSettings,
     data_version: watch::Sender<u64>,
 ) -> PartitionHandle {
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
@@ -181,18 +153,15 @@ pub async fn start<E: Env>(
     let mut actor = PartitionActor {
         env: env.clone(),
         dir,
-        config,
+        config: settings.log,
         log: None,
         watermarks,
         data_version,
-        max_message_bytes,
+        max_message_bytes: settings.max_message_bytes,
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
-    PartitionHandle {
-        tx,
-        watermarks: watermarks_rx,
-    }
+    PartitionHandle { tx, watermarks: watermarks_rx }
 }
 
 impl<E: Env> PartitionActor<E> {
@@ -217,10 +186,7 @@ impl<E: Env> PartitionActor<E> {
             log_end_offset: log.log_end_offset(),
         };
         let before = *self.watermarks.borrow();
-        assert!(
-            now.high_watermark >= before.high_watermark,
-            "the high watermark never moves back"
-        );
+        assert!(now.high_watermark >= before.high_watermark, "the high watermark never moves back");
         if now != before {
             self.watermarks.send_replace(now);
             if now.high_watermark != before.high_watermark {
@@ -256,10 +222,7 @@ impl<E: Env> PartitionActor<E> {
     }
 
     /// One sync for every append of the group, then every ack.
-    async fn finish_group(
-        &mut self,
-        acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
-    ) {
+    async fn finish_group(&mut self, acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>) {
         let Some(log) = self.log.as_mut() else {
             for (reply, _) in acks.drain(..) {
                 let _ = reply.send(Err(CoreError::Storage("partition log unavailable".into())));
@@ -274,10 +237,7 @@ impl<E: Env> PartitionActor<E> {
                 let log_start_offset = log.log_start_offset();
                 self.publish();
                 for (reply, outcome) in acks.drain(..) {
-                    let _ = reply.send(Ok(AppendOutcome {
-                        log_start_offset,
-                        ..outcome
-                    }));
+                    let _ = reply.send(Ok(AppendOutcome { log_start_offset, ..outcome }));
                 }
             }
             Err(e) => self.fail_writes(acks, &e.to_string()),
@@ -286,11 +246,7 @@ impl<E: Env> PartitionActor<E> {
 
     /// After a failed write or sync the log's tail is unknown: answer every waiting append with
     /// a storage error (effect unknown) and reopen the log from the volume, which recovers it.
-    fn fail_writes(
-        &mut self,
-        acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
-        why: &str,
-    ) {
+    fn fail_writes(&mut self, acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>, why: &str) {
         tracing::error!(dir = %self.dir, error = why, "write failed; reopening the partition log");
         for (reply, _) in acks.drain(..) {
             let _ = reply.send(Err(CoreError::Storage(why.to_string())));
@@ -311,10 +267,7 @@ impl<E: Env> PartitionActor<E> {
         };
         match command {
             Command::Append { batches, reply } => {
-                if batches
-                    .iter()
-                    .any(|(h, _)| h.total_len() > max_message_bytes)
-                {
+                if batches.iter().any(|(h, _)| h.total_len() > max_message_bytes) {
                     if let Some(reply) = reply {
                         let _ = reply.send(Err(CoreError::MessageTooLarge));
                     }
@@ -328,13 +281,7 @@ impl<E: Env> PartitionActor<E> {
                         }
                         Err(e) => {
                             if let Some(reply) = reply {
-                                acks.push((
-                                    reply,
-                                    AppendOutcome {
-                                        base_offset: -1,
-                                        log_start_offset: -1,
-                                    },
-                                ));
+                                acks.push((reply, AppendOutcome { base_offset: -1, log_start_offset: -1 }));
                             }
                             let why = e.to_string();
                             // Earlier appends of this group are not durable either.
@@ -346,33 +293,14 @@ impl<E: Env> PartitionActor<E> {
                 }
                 if let Some(reply) = reply {
                     let base_offset = base_offset.expect("a produce holds at least one batch");
-                    acks.push((
-                        reply,
-                        AppendOutcome {
-                            base_offset,
-                            log_start_offset: -1,
-                        },
-                    ));
+                    acks.push((reply, AppendOutcome { base_offset, log_start_offset: -1 }));
                 }
             }
-            Command::Read {
-                offset,
-                max_bytes,
-                reply,
-            } => {
-                let _ = reply.send(
-                    log.read(offset, max_bytes)
-                        .await
-                        .map(|r| r.records)
-                        .map_err(CoreError::from),
-                );
+            Command::Read { offset, max_bytes, reply } => {
+                let _ = reply.send(log.read(offset, max_bytes).await.map(|r| r.records).map_err(CoreError::from));
             }
             Command::OffsetForTime { timestamp, reply } => {
-                let _ = reply.send(
-                    log.offset_for_time(timestamp)
-                        .await
-                        .map_err(CoreError::from),
-                );
+                let _ = reply.send(log.offset_for_time(timestamp).await.map_err(CoreError::from));
             }
             Command::MaxTimestamp { reply } => {
                 let _ = reply.send(log.max_timestamp());
@@ -382,9 +310,10 @@ impl<E: Env> PartitionActor<E> {
                 self.publish();
                 let _ = reply.send(result);
             }
-            Command::SetConfig(config) => {
-                log.set_config(config);
-                self.config = config;
+            Command::SetConfig(settings) => {
+                log.set_config(settings.log);
+                self.config = settings.log;
+                self.max_message_bytes = settings.max_message_bytes;
             }
             Command::EnforceRetention => {
                 if let Err(e) = log.enforce_retention(now_ms).await {
@@ -413,9 +342,7 @@ impl<E: Env> PartitionActor<E> {
 fn reply_unavailable(command: Command) {
     let error = || CoreError::Storage("partition log unavailable".into());
     match command {
-        Command::Append {
-            reply: Some(reply), ..
-        } => drop(reply.send(Err(error()))),
+        Command::Append { reply: Some(reply), .. } => drop(reply.send(Err(error()))),
         Command::Read { reply, .. } => drop(reply.send(Err(error()))),
         Command::OffsetForTime { reply, .. } => drop(reply.send(Err(error()))),
         Command::DeleteRecords { reply, .. } => drop(reply.send(Err(error()))),

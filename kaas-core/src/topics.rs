@@ -15,6 +15,9 @@ use crate::error::{CoreError, CoreResult};
 use crate::partition::{self, PartitionHandle};
 
 pub const TOPICS_DIR: &str = "__cluster/topics";
+/// Dynamic broker settings (IncrementalAlterConfigs on the broker resource).
+pub const BROKER_CONFIGS_FILE: &str = "__cluster/broker-configs.json";
+const BROKER_CONFIGS_FORMAT_VERSION: u32 = 1;
 const TOPIC_FORMAT_VERSION: u32 = 1;
 const QUEUE_CAPACITY: usize = 256;
 /// Kafka's limit on topic name length.
@@ -40,10 +43,19 @@ pub struct TopicState {
 }
 
 /// What connections route by. Replaced whole on every change.
-#[derive(Default)]
 pub struct MetadataSnapshot {
     pub topics: BTreeMap<String, Arc<TopicState>>,
     pub names_by_id: BTreeMap<TopicId, String>,
+    /// Dynamic broker overrides, by Kafka name.
+    pub broker_overrides: BTreeMap<String, String>,
+    /// The broker configuration in force: static settings with the dynamic overrides applied.
+    pub effective: Arc<BrokerConfig>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct BrokerConfigsFile {
+    format_version: u32,
+    configs: BTreeMap<String, String>,
 }
 
 impl MetadataSnapshot {
@@ -73,18 +85,9 @@ pub struct CreateTopic {
 enum Command {
     Create(CreateTopic, oneshot::Sender<CoreResult<TopicMeta>>),
     Delete(String, oneshot::Sender<CoreResult<TopicId>>),
-    CreatePartitions {
-        name: String,
-        count: i32,
-        validate_only: bool,
-        reply: oneshot::Sender<CoreResult<()>>,
-    },
-    AlterConfigs {
-        name: String,
-        ops: Vec<ConfigOp>,
-        validate_only: bool,
-        reply: oneshot::Sender<CoreResult<()>>,
-    },
+    CreatePartitions { name: String, count: i32, validate_only: bool, reply: oneshot::Sender<CoreResult<()>> },
+    AlterConfigs { name: String, ops: Vec<ConfigOp>, validate_only: bool, reply: oneshot::Sender<CoreResult<()>> },
+    AlterBrokerConfigs { ops: Vec<ConfigOp>, validate_only: bool, reply: oneshot::Sender<CoreResult<()>> },
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -108,47 +111,30 @@ impl TopicsHandle {
     }
 
     pub async fn create(&self, request: CreateTopic) -> CoreResult<TopicMeta> {
-        self.ask(|r| Command::Create(request, r))
-            .await
-            .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+        self.ask(|r| Command::Create(request, r)).await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
 
     pub async fn delete(&self, name: String) -> CoreResult<TopicId> {
-        self.ask(|r| Command::Delete(name, r))
+        self.ask(|r| Command::Delete(name, r)).await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    pub async fn create_partitions(&self, name: String, count: i32, validate_only: bool) -> CoreResult<()> {
+        self.ask(|reply| Command::CreatePartitions { name, count, validate_only, reply })
             .await
             .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
 
-    pub async fn create_partitions(
-        &self,
-        name: String,
-        count: i32,
-        validate_only: bool,
-    ) -> CoreResult<()> {
-        self.ask(|reply| Command::CreatePartitions {
-            name,
-            count,
-            validate_only,
-            reply,
-        })
-        .await
-        .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    pub async fn alter_configs(&self, name: String, ops: Vec<ConfigOp>, validate_only: bool) -> CoreResult<()> {
+        self.ask(|reply| Command::AlterConfigs { name, ops, validate_only, reply })
+            .await
+            .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
 
-    pub async fn alter_configs(
-        &self,
-        name: String,
-        ops: Vec<ConfigOp>,
-        validate_only: bool,
-    ) -> CoreResult<()> {
-        self.ask(|reply| Command::AlterConfigs {
-            name,
-            ops,
-            validate_only,
-            reply,
-        })
-        .await
-        .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    /// Changes dynamic broker settings; every partition picks up the new defaults.
+    pub async fn alter_broker_configs(&self, ops: Vec<ConfigOp>, validate_only: bool) -> CoreResult<()> {
+        self.ask(|reply| Command::AlterBrokerConfigs { ops, validate_only, reply })
+            .await
+            .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
 
     /// Creates the topic with broker defaults if it does not exist (auto.create.topics.enable).
@@ -177,19 +163,12 @@ impl TopicsHandle {
 
 pub fn validate_topic_name(name: &str) -> CoreResult<()> {
     if name.is_empty() || name == "." || name == ".." {
-        return Err(CoreError::InvalidTopic(format!(
-            "Topic name \"{name}\" is illegal"
-        )));
+        return Err(CoreError::InvalidTopic(format!("Topic name \"{name}\" is illegal")));
     }
     if name.len() > TOPIC_NAME_MAX_LEN {
-        return Err(CoreError::InvalidTopic(format!(
-            "Topic name is longer than {TOPIC_NAME_MAX_LEN} characters"
-        )));
+        return Err(CoreError::InvalidTopic(format!("Topic name is longer than {TOPIC_NAME_MAX_LEN} characters")));
     }
-    if !name
-        .bytes()
-        .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-')
-    {
+    if !name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-') {
         return Err(CoreError::InvalidTopic(format!(
             "Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
         )));
@@ -203,7 +182,11 @@ pub fn partition_dir(topic: &str, partition: i32) -> String {
 
 struct TopicManager<E: Env> {
     env: E,
+    /// The static configuration, as started.
     config: Arc<BrokerConfig>,
+    /// Dynamic overrides, and the configuration with them applied.
+    broker_overrides: BTreeMap<String, String>,
+    effective: Arc<BrokerConfig>,
     topics: BTreeMap<String, Arc<TopicState>>,
     snapshot: watch::Sender<Arc<MetadataSnapshot>>,
     data_version: watch::Sender<u64>,
@@ -212,11 +195,19 @@ struct TopicManager<E: Env> {
 /// Loads every topic from the volume, opens (and so recovers) every partition, and starts the
 /// manager. Returns once all partitions are open.
 pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<TopicsHandle> {
-    let (snapshot, snapshot_rx) = watch::channel(Arc::new(MetadataSnapshot::default()));
+    let empty = MetadataSnapshot {
+        topics: BTreeMap::new(),
+        names_by_id: BTreeMap::new(),
+        broker_overrides: BTreeMap::new(),
+        effective: config.clone(),
+    };
+    let (snapshot, snapshot_rx) = watch::channel(Arc::new(empty));
     let (data_version, data_version_rx) = watch::channel(0u64);
     let mut manager = TopicManager {
         env: env.clone(),
+        effective: config.clone(),
         config,
+        broker_overrides: BTreeMap::new(),
         topics: BTreeMap::new(),
         snapshot,
         data_version,
@@ -224,11 +215,7 @@ pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<Top
     manager.load().await?;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     env.spawner().spawn("topics", manager.run(rx));
-    Ok(TopicsHandle {
-        tx,
-        snapshot: snapshot_rx,
-        data_version: data_version_rx,
-    })
+    Ok(TopicsHandle { tx, snapshot: snapshot_rx, data_version: data_version_rx })
 }
 
 fn storage(e: std::io::Error) -> CoreError {
@@ -238,24 +225,29 @@ fn storage(e: std::io::Error) -> CoreError {
 impl<E: Env> TopicManager<E> {
     async fn load(&mut self) -> CoreResult<()> {
         let volume = self.env.volume().clone();
+        if let Some(raw) = volume.read(BROKER_CONFIGS_FILE).await.map_err(storage)? {
+            let file: BrokerConfigsFile = serde_json::from_slice(&raw)
+                .map_err(|e| CoreError::Storage(format!("{BROKER_CONFIGS_FILE}: unreadable: {e}")))?;
+            if file.format_version != BROKER_CONFIGS_FORMAT_VERSION {
+                return Err(CoreError::Storage(format!(
+                    "{BROKER_CONFIGS_FILE}: unknown format version {}",
+                    file.format_version
+                )));
+            }
+            self.effective = Arc::new(self.config.with_dynamic(&file.configs).map_err(CoreError::Storage)?);
+            self.broker_overrides = file.configs;
+        }
         volume.create_dir_all(TOPICS_DIR).await.map_err(storage)?;
         for name in volume.list(TOPICS_DIR).await.map_err(storage)? {
             let Some(topic) = name.strip_suffix(".json") else {
                 continue;
             };
             let path = join(TOPICS_DIR, &name);
-            let raw = volume
-                .read(&path)
-                .await
-                .map_err(storage)?
-                .unwrap_or_default();
-            let meta: TopicMeta = serde_json::from_slice(&raw).map_err(|e| {
-                CoreError::Storage(format!("{path}: unreadable topic metadata: {e}"))
-            })?;
+            let raw = volume.read(&path).await.map_err(storage)?.unwrap_or_default();
+            let meta: TopicMeta = serde_json::from_slice(&raw)
+                .map_err(|e| CoreError::Storage(format!("{path}: unreadable topic metadata: {e}")))?;
             if meta.format_version != TOPIC_FORMAT_VERSION || meta.name != topic {
-                return Err(CoreError::Storage(format!(
-                    "{path}: unknown format version or name mismatch"
-                )));
+                return Err(CoreError::Storage(format!("{path}: unknown format version or name mismatch")));
             }
             let state = self.start_partitions(meta, 0, Vec::new()).await;
             self.topics.insert(topic.to_string(), Arc::new(state));
@@ -264,51 +256,28 @@ impl<E: Env> TopicManager<E> {
         Ok(())
     }
 
-    async fn start_partitions(
-        &self,
-        meta: TopicMeta,
-        from: i32,
-        mut partitions: Vec<PartitionHandle>,
-    ) -> TopicState {
-        let log_config = self.config.log_config(&meta.configs);
-        let max_message_bytes = meta
-            .configs
-            .get("max.message.bytes")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(self.config.message_max_bytes)
-            .max(0) as usize;
+    async fn start_partitions(&self, meta: TopicMeta, from: i32, mut partitions: Vec<PartitionHandle>) -> TopicState {
+        let settings = self.effective.partition_settings(&meta.configs);
         for p in from..meta.partitions {
             let dir = partition_dir(&meta.name, p);
-            partitions.push(
-                partition::start(
-                    &self.env,
-                    dir,
-                    log_config,
-                    max_message_bytes,
-                    self.data_version.clone(),
-                )
-                .await,
-            );
+            partitions.push(partition::start(&self.env, dir, settings, self.data_version.clone()).await);
         }
         TopicState { meta, partitions }
     }
 
     fn publish(&self) {
-        let names_by_id = self
-            .topics
-            .values()
-            .map(|t| (t.meta.topic_id, t.meta.name.clone()))
-            .collect();
+        let names_by_id = self.topics.values().map(|t| (t.meta.topic_id, t.meta.name.clone())).collect();
         self.snapshot.send_replace(Arc::new(MetadataSnapshot {
             topics: self.topics.clone(),
             names_by_id,
+            broker_overrides: self.broker_overrides.clone(),
+            effective: self.effective.clone(),
         }));
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
         let interval_ms = self.config.log_retention_check_interval_ms.max(1);
-        let mut next_retention =
-            tokio::time::Instant::now() + std::time::Duration::from_millis(interval_ms);
+        let mut next_retention = tokio::time::Instant::now() + std::time::Duration::from_millis(interval_ms);
         loop {
             let command = tokio::select! {
                 biased;
@@ -340,21 +309,14 @@ impl<E: Env> TopicManager<E> {
                 Some(Command::Delete(name, reply)) => {
                     let _ = reply.send(self.delete(&name).await);
                 }
-                Some(Command::CreatePartitions {
-                    name,
-                    count,
-                    validate_only,
-                    reply,
-                }) => {
+                Some(Command::CreatePartitions { name, count, validate_only, reply }) => {
                     let _ = reply.send(self.create_partitions(&name, count, validate_only).await);
                 }
-                Some(Command::AlterConfigs {
-                    name,
-                    ops,
-                    validate_only,
-                    reply,
-                }) => {
+                Some(Command::AlterConfigs { name, ops, validate_only, reply }) => {
                     let _ = reply.send(self.alter_configs(&name, ops, validate_only).await);
+                }
+                Some(Command::AlterBrokerConfigs { ops, validate_only, reply }) => {
+                    let _ = reply.send(self.alter_broker_configs(ops, validate_only).await);
                 }
             }
         }
@@ -363,11 +325,7 @@ impl<E: Env> TopicManager<E> {
     async fn persist(&self, meta: &TopicMeta) -> CoreResult<()> {
         let raw = serde_json::to_vec_pretty(meta).expect("serialisable");
         let path = join(TOPICS_DIR, &format!("{}.json", meta.name));
-        self.env
-            .volume()
-            .write_atomic(&path, Bytes::from(raw))
-            .await
-            .map_err(storage)
+        self.env.volume().write_atomic(&path, Bytes::from(raw)).await.map_err(storage)
     }
 
     async fn create(&mut self, request: CreateTopic) -> CoreResult<TopicMeta> {
@@ -375,11 +333,7 @@ impl<E: Env> TopicManager<E> {
         if self.topics.contains_key(&request.name) {
             return Err(CoreError::TopicAlreadyExists);
         }
-        let partitions = if request.partitions == -1 {
-            self.config.num_partitions
-        } else {
-            request.partitions
-        };
+        let partitions = if request.partitions == -1 { self.config.num_partitions } else { request.partitions };
         if !(1..=PARTITIONS_MAX).contains(&partitions) {
             return Err(CoreError::InvalidPartitions(format!(
                 "Number of partitions must be between 1 and {PARTITIONS_MAX}"
@@ -391,9 +345,7 @@ impl<E: Env> TopicManager<E> {
             request.replication_factor
         };
         if replication_factor < 1 {
-            return Err(CoreError::InvalidReplicationFactor(
-                "Replication factor must be larger than 0".into(),
-            ));
+            return Err(CoreError::InvalidReplicationFactor("Replication factor must be larger than 0".into()));
         }
         for (name, value) in &request.configs {
             validate_topic_config(name, value).map_err(CoreError::InvalidConfig)?;
@@ -411,11 +363,7 @@ impl<E: Env> TopicManager<E> {
         }
         // A crash during an earlier delete may have left partition directories behind.
         for p in 0..partitions {
-            self.env
-                .volume()
-                .remove_dir_all(&partition_dir(&meta.name, p))
-                .await
-                .map_err(storage)?;
+            self.env.volume().remove_dir_all(&partition_dir(&meta.name, p)).await.map_err(storage)?;
         }
         self.persist(&meta).await?;
         let state = self.start_partitions(meta.clone(), 0, Vec::new()).await;
@@ -436,11 +384,7 @@ impl<E: Env> TopicManager<E> {
         // The metadata goes first: a crash after it leaves only stray directories, which a
         // later create of the same name removes.
         let path = join(TOPICS_DIR, &format!("{name}.json"));
-        self.env
-            .volume()
-            .remove_file(&path)
-            .await
-            .map_err(storage)?;
+        self.env.volume().remove_file(&path).await.map_err(storage)?;
         for p in &state.partitions {
             p.stop(true).await;
         }
@@ -448,12 +392,7 @@ impl<E: Env> TopicManager<E> {
         Ok(state.meta.topic_id)
     }
 
-    async fn create_partitions(
-        &mut self,
-        name: &str,
-        count: i32,
-        validate_only: bool,
-    ) -> CoreResult<()> {
+    async fn create_partitions(&mut self, name: &str, count: i32, validate_only: bool) -> CoreResult<()> {
         let Some(state) = self.topics.get(name) else {
             return Err(CoreError::UnknownTopicOrPartition);
         };
@@ -464,23 +403,14 @@ impl<E: Env> TopicManager<E> {
             )));
         }
         if count > PARTITIONS_MAX {
-            return Err(CoreError::InvalidPartitions(format!(
-                "Number of partitions must be at most {PARTITIONS_MAX}"
-            )));
+            return Err(CoreError::InvalidPartitions(format!("Number of partitions must be at most {PARTITIONS_MAX}")));
         }
         if validate_only {
             return Ok(());
         }
-        let meta = TopicMeta {
-            partitions: count,
-            ..state.meta.clone()
-        };
+        let meta = TopicMeta { partitions: count, ..state.meta.clone() };
         for p in current..count {
-            self.env
-                .volume()
-                .remove_dir_all(&partition_dir(name, p))
-                .await
-                .map_err(storage)?;
+            self.env.volume().remove_dir_all(&partition_dir(name, p)).await.map_err(storage)?;
         }
         self.persist(&meta).await?;
         let existing = state.partitions.clone();
@@ -490,12 +420,7 @@ impl<E: Env> TopicManager<E> {
         Ok(())
     }
 
-    async fn alter_configs(
-        &mut self,
-        name: &str,
-        ops: Vec<ConfigOp>,
-        validate_only: bool,
-    ) -> CoreResult<()> {
+    async fn alter_configs(&mut self, name: &str, ops: Vec<ConfigOp>, validate_only: bool) -> CoreResult<()> {
         let Some(state) = self.topics.get(name) else {
             return Err(CoreError::UnknownTopicOrPartition);
         };
@@ -514,18 +439,41 @@ impl<E: Env> TopicManager<E> {
         if validate_only {
             return Ok(());
         }
-        let meta = TopicMeta {
-            configs,
-            ..state.meta.clone()
-        };
+        let meta = TopicMeta { configs, ..state.meta.clone() };
         self.persist(&meta).await?;
-        let log_config = self.config.log_config(&meta.configs);
+        let settings = self.effective.partition_settings(&meta.configs);
         for p in &state.partitions {
-            p.set_config(log_config).await;
+            p.set_config(settings).await;
         }
         let partitions = state.partitions.clone();
-        self.topics
-            .insert(name.to_string(), Arc::new(TopicState { meta, partitions }));
+        self.topics.insert(name.to_string(), Arc::new(TopicState { meta, partitions }));
+        self.publish();
+        Ok(())
+    }
+
+    async fn alter_broker_configs(&mut self, ops: Vec<ConfigOp>, validate_only: bool) -> CoreResult<()> {
+        let mut overrides = self.broker_overrides.clone();
+        for op in ops {
+            match op {
+                ConfigOp::Set(k, v) => overrides.insert(k, v),
+                ConfigOp::Delete(k) => overrides.remove(&k),
+            };
+        }
+        let effective = self.config.with_dynamic(&overrides).map_err(CoreError::InvalidConfig)?;
+        if validate_only {
+            return Ok(());
+        }
+        let file = BrokerConfigsFile { format_version: BROKER_CONFIGS_FORMAT_VERSION, configs: overrides.clone() };
+        let raw = serde_json::to_vec_pretty(&file).expect("serialisable");
+        self.env.volume().write_atomic(BROKER_CONFIGS_FILE, Bytes::from(raw)).await.map_err(storage)?;
+        self.broker_overrides = overrides;
+        self.effective = Arc::new(effective);
+        for t in self.topics.values() {
+            let settings = self.effective.partition_settings(&t.meta.configs);
+            for p in &t.partitions {
+                p.set_config(settings).await;
+            }
+        }
         self.publish();
         Ok(())
     }

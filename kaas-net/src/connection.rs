@@ -47,12 +47,8 @@ enum Slot {
     Waiting(oneshot::Receiver<Response>),
 }
 
-pub async fn serve<E: Env, S>(
-    broker: Broker<E>,
-    stream: S,
-    peer: String,
-    mut shutdown: ShutdownSignal,
-) where
+pub async fn serve<E: Env, S>(broker: Broker<E>, stream: S, peer: String, mut shutdown: ShutdownSignal)
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let max_bytes = broker.config.socket_request_max_bytes;

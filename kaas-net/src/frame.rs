@@ -19,10 +19,7 @@ pub enum FrameError {
 }
 
 /// Reads one frame. `Err(Closed)` on a clean end of stream before a size prefix.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    reader: &mut R,
-    max_bytes: usize,
-) -> Result<Bytes, FrameError> {
+pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R, max_bytes: usize) -> Result<Bytes, FrameError> {
     let mut size = [0u8; 4];
     match reader.read_exact(&mut size).await {
         Ok(_) => {}
@@ -38,11 +35,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     while buf.len() < size {
         let want = (size - buf.len()).min(READ_STEP_BYTES);
         buf.reserve(want);
-        let n = (&mut *reader)
-            .take(want as u64)
-            .read_buf(&mut buf)
-            .await
-            .map_err(FrameError::Io)?;
+        let n = (&mut *reader).take(want as u64).read_buf(&mut buf).await.map_err(FrameError::Io)?;
         if n == 0 {
             return Err(FrameError::Io(io::ErrorKind::UnexpectedEof.into()));
         }

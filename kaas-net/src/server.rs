@@ -31,11 +31,7 @@ impl<E: Env> Server<E> {
         let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));
         let mut backoff_ms = 1;
         loop {
-            let permit = limit
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("semaphore is never closed");
+            let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
             let accepted = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => return,

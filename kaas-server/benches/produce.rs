@@ -21,9 +21,7 @@ const RECORD_BYTES: usize = 1024;
 const PARTITIONS: i32 = 6;
 
 fn scratch() -> PathBuf {
-    let base = std::env::var("KAAS_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| std::env::temp_dir());
+    let base = std::env::var("KAAS_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
     base.join(format!("kaas-bench-{}", std::process::id()))
 }
 
@@ -31,12 +29,7 @@ fn scratch() -> PathBuf {
 fn disk_ceiling(dir: &Path, chunk: usize, total: usize) -> f64 {
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("ceiling.dat");
-    let mut file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
+    let mut file = OpenOptions::new().create(true).write(true).truncate(true).open(&path).unwrap();
     let buf = vec![0x5au8; chunk];
     let started = Instant::now();
     let mut written = 0;
@@ -67,30 +60,16 @@ async fn produce(bootstrap: &str, records: usize, window: usize) -> (f64, Durati
         .expect("producer");
     let payload = vec![b'k'; RECORD_BYTES];
     // Warm up: metadata, connections.
-    producer
-        .send(
-            FutureRecord::<(), _>::to("bench").payload(&payload),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
+    producer.send(FutureRecord::<(), _>::to("bench").payload(&payload), Duration::from_secs(10)).await.unwrap();
     let started = Instant::now();
     let mut in_flight = tokio::task::JoinSet::new();
     let mut latencies = Vec::with_capacity(records);
     for _ in 0..records {
         if in_flight.len() >= window {
-            latencies.push(
-                in_flight
-                    .join_next()
-                    .await
-                    .expect("in flight")
-                    .expect("join"),
-            );
+            latencies.push(in_flight.join_next().await.expect("in flight").expect("join"));
         }
         let sent = Instant::now();
-        let future = producer
-            .send_result(FutureRecord::<(), _>::to("bench").payload(&payload))
-            .expect("queue");
+        let future = producer.send_result(FutureRecord::<(), _>::to("bench").payload(&payload)).expect("queue");
         in_flight.spawn(async move {
             future.await.expect("delivery").expect("acked");
             sent.elapsed()
@@ -102,11 +81,7 @@ async fn produce(bootstrap: &str, records: usize, window: usize) -> (f64, Durati
     let secs = started.elapsed().as_secs_f64();
     producer.flush(Duration::from_secs(10)).unwrap();
     latencies.sort();
-    (
-        (records * RECORD_BYTES) as f64 / secs / 1e6,
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-    )
+    ((records * RECORD_BYTES) as f64 / secs / 1e6, percentile(&latencies, 0.5), percentile(&latencies, 0.99))
 }
 
 fn main() {
@@ -114,30 +89,16 @@ fn main() {
         println!("produce: bench");
         return;
     }
-    let records: usize = std::env::var("KAAS_BENCH_RECORDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200_000);
+    let records: usize = std::env::var("KAAS_BENCH_RECORDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200_000);
     let dir = scratch();
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    println!(
-        "disk ceiling (sequential append + fdatasync) in {}:",
-        dir.display()
-    );
+    println!("disk ceiling (sequential append + fdatasync) in {}:", dir.display());
     for chunk in [64 * 1024, 1024 * 1024] {
-        println!(
-            "  {:>5} KiB appends: {:8.1} MB/s",
-            chunk / 1024,
-            disk_ceiling(&dir, chunk, 256 << 20)
-        );
+        println!("  {:>5} KiB appends: {:8.1} MB/s", chunk / 1024, disk_ceiling(&dir, chunk, 256 << 20));
     }
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let bootstrap = format!("127.0.0.1:{port}");
     let mut kaas = Command::new(env!("CARGO_BIN_EXE_kaas"))
         .args(["serve", "--data-dir"])
@@ -150,12 +111,10 @@ fn main() {
     while TcpStream::connect(&bootstrap).is_err() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", &bootstrap).create().unwrap();
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", &bootstrap).create().unwrap();
         let topic = NewTopic::new("bench", PARTITIONS, TopicReplication::Fixed(1));
         admin.create_topics([&topic], &AdminOptions::new()).await.unwrap();
         println!("produce: {records} records of {RECORD_BYTES} B, acks=all, {PARTITIONS} partitions, linger.ms=5");

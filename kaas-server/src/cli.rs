@@ -64,39 +64,26 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut out = ServeArgs::default();
     while let Some(flag) = it.next() {
         let (flag, inline) = match flag.split_once('=') {
-            Some((f, v)) if f.starts_with("--") && f != "--set" => {
-                (f.to_string(), Some(v.to_string()))
-            }
+            Some((f, v)) if f.starts_with("--") && f != "--set" => (f.to_string(), Some(v.to_string())),
             _ => (flag.clone(), None),
         };
         if flag == "-h" || flag == "--help" {
             return Ok(Command::Help);
         }
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
+        let mut value = || inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--data-dir" => out.data_dir = value()?,
             "--listen" => out.listen = value()?,
             "--advertised" => out.advertised = Some(value()?),
             "--broker-id" => {
-                out.broker_id = Some(
-                    value()?
-                        .parse()
-                        .map_err(|_| "--broker-id needs a number".to_string())?,
-                )
+                out.broker_id = Some(value()?.parse().map_err(|_| "--broker-id needs a number".to_string())?)
             }
             "--config" => out.config_file = Some(value()?),
             "--set" => {
                 let setting = value()?;
-                let (name, v) = setting
-                    .split_once('=')
-                    .ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
-                out.settings
-                    .push((name.trim().to_string(), v.trim().to_string()));
+                let (name, v) =
+                    setting.split_once('=').ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
+                out.settings.push((name.trim().to_string(), v.trim().to_string()));
             }
             other => return Err(format!("unknown flag {other}")),
         }
@@ -106,24 +93,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
 
 /// Splits "host:port" (or "[v6]:port").
 pub fn host_port(addr: &str) -> Result<(String, i32), String> {
-    let (host, port) = addr
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{addr}: expected HOST:PORT"))?;
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("{addr}: expected HOST:PORT"))?;
     let port = port.parse().map_err(|_| format!("{addr}: bad port"))?;
-    Ok((
-        host.trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string(),
-        port,
-    ))
+    Ok((host.trim_start_matches('[').trim_end_matches(']').to_string(), port))
 }
 
 /// The broker configuration: defaults, then the file, then each --set, then the flags.
-pub fn broker_config(
-    args: &ServeArgs,
-    file_text: Option<&str>,
-    bound: &str,
-) -> Result<BrokerConfig, String> {
+pub fn broker_config(args: &ServeArgs, file_text: Option<&str>, bound: &str) -> Result<BrokerConfig, String> {
     let mut config = BrokerConfig::default();
     if let Some(text) = file_text {
         config.apply_properties(text)?;
@@ -137,9 +113,7 @@ pub fn broker_config(
     let (bound_host, bound_port) = host_port(bound)?;
     let (host, port) = match &args.advertised {
         Some(a) => host_port(a)?,
-        None if bound_host == "0.0.0.0" || bound_host == "::" => {
-            ("127.0.0.1".to_string(), bound_port)
-        }
+        None if bound_host == "0.0.0.0" || bound_host == "::" => ("127.0.0.1".to_string(), bound_port),
         None => (bound_host, bound_port),
     };
     config.advertised_host = host;
@@ -157,26 +131,17 @@ mod tests {
 
     #[test]
     fn flags_parse_with_spaces_or_equals() {
-        let Ok(Command::Serve(a)) = parse(&args(&[
-            "serve",
-            "--data-dir=/d",
-            "--listen",
-            "0.0.0.0:1",
-            "--set",
-            "num.partitions=3",
-        ])) else {
+        let Ok(Command::Serve(a)) =
+            parse(&args(&["serve", "--data-dir=/d", "--listen", "0.0.0.0:1", "--set", "num.partitions=3"]))
+        else {
             panic!("parse failed")
         };
         assert_eq!(a.data_dir, "/d");
         assert_eq!(a.settings, vec![("num.partitions".into(), "3".into())]);
-        let config =
-            broker_config(&a, Some("auto.create.topics.enable=false"), "0.0.0.0:1").unwrap();
+        let config = broker_config(&a, Some("auto.create.topics.enable=false"), "0.0.0.0:1").unwrap();
         assert_eq!(config.num_partitions, 3);
         assert!(!config.auto_create_topics_enable);
-        assert_eq!(
-            (config.advertised_host.as_str(), config.advertised_port),
-            ("127.0.0.1", 1)
-        );
+        assert_eq!((config.advertised_host.as_str(), config.advertised_port), ("127.0.0.1", 1));
         assert!(parse(&args(&["serve", "--bogus"])).is_err());
         assert!(matches!(parse(&args(&[])), Ok(Command::Help)));
     }

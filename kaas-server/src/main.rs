@@ -26,15 +26,10 @@ fn main() {
         cli::Command::Serve(serve) => serve,
     };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     if let Err(e) = runtime.block_on(run(serve)) {
         tracing::error!("{e}");
         std::process::exit(1);
@@ -48,16 +43,10 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
     };
     std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("{}: {e}", args.data_dir))?;
     let env = RealEnv::new(&args.data_dir);
-    let listener = env
-        .net()
-        .bind(&args.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let listener = env.net().bind(&args.listen).await.map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let config = cli::broker_config(&args, file_text.as_deref(), &bound)?;
-    let broker = Broker::start(env, config.clone())
-        .await
-        .map_err(|e| format!("cannot start the broker: {e}"))?;
+    let broker = Broker::start(env, config.clone()).await.map_err(|e| format!("cannot start the broker: {e}"))?;
     tracing::info!(
         listen = %bound,
         advertised = %format!("{}:{}", config.advertised_host, config.advertised_port),

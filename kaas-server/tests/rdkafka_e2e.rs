@@ -12,9 +12,7 @@ use common::Kaas;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
-};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -29,10 +27,7 @@ const CODECS: [&str; 4] = ["gzip", "snappy", "lz4", "zstd"];
 type Record = (i32, i64);
 
 fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client")
+    ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client")
 }
 
 async fn produce_round(bootstrap: &str, round: usize) -> BTreeMap<Record, String> {
@@ -49,17 +44,13 @@ async fn produce_round(bootstrap: &str, round: usize) -> BTreeMap<Record, String
         for i in 0..PER_CODEC {
             let payload = format!("{round}-{codec}-{i:05}-{}", "x".repeat(i % 200));
             let key = format!("k{i}");
-            let future = producer
-                .send_result(FutureRecord::to(TOPIC).key(&key).payload(&payload))
-                .expect("queue");
+            let future = producer.send_result(FutureRecord::to(TOPIC).key(&key).payload(&payload)).expect("queue");
             pending.push((payload, future));
         }
         for (payload, future) in pending {
             let delivery = future.await.expect("delivery future").expect("acked");
             assert!(
-                acked
-                    .insert((delivery.partition, delivery.offset), payload)
-                    .is_none(),
+                acked.insert((delivery.partition, delivery.offset), payload).is_none(),
                 "two records at one offset"
             );
         }
@@ -84,9 +75,7 @@ impl ConsumerContext for CommitOnRevoke {
 fn commit(consumer: &StreamConsumer<CommitOnRevoke>) {
     match consumer.commit_consumer_state(CommitMode::Sync) {
         Ok(()) => {}
-        Err(rdkafka::error::KafkaError::ConsumerCommit(
-            rdkafka::types::RDKafkaErrorCode::NoOffset,
-        )) => {}
+        Err(rdkafka::error::KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
         Err(e) => panic!("commit failed: {e}"),
     }
 }
@@ -117,15 +106,12 @@ async fn consume(
         if until(count) {
             return;
         }
-        let message = match tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await
-        {
+        let message = match tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await {
             Err(_) => continue,
             Ok(message) => message.expect("consume"),
         };
         let payload = String::from_utf8(message.payload().expect("payload").to_vec()).unwrap();
-        seen.lock()
-            .unwrap()
-            .push(((message.partition(), message.offset()), payload));
+        seen.lock().unwrap().push(((message.partition(), message.offset()), payload));
     }
 }
 
@@ -135,18 +121,12 @@ async fn produce_consume_commit_kill9_resume() {
     let bootstrap = kaas.bootstrap();
 
     let created = admin(&bootstrap)
-        .create_topics(
-            &[NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(3))],
-            &AdminOptions::new(),
-        )
+        .create_topics(&[NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(3))], &AdminOptions::new())
         .await
         .expect("create topics");
     assert!(created[0].is_ok(), "{created:?}");
     let again = admin(&bootstrap)
-        .create_topics(
-            &[NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
+        .create_topics(&[NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1))], &AdminOptions::new())
         .await
         .expect("create topics");
     assert!(again[0].is_err(), "a second create of the same topic fails");
@@ -155,32 +135,20 @@ async fn produce_consume_commit_kill9_resume() {
     let round1 = produce_round(&bootstrap, 1).await;
     assert_eq!(round1.len(), PER_CODEC * CODECS.len());
     let partitions: BTreeSet<i32> = round1.keys().map(|(p, _)| *p).collect();
-    assert_eq!(
-        partitions.len(),
-        PARTITIONS as usize,
-        "keys spread over every partition"
-    );
+    assert_eq!(partitions.len(), PARTITIONS as usize, "keys spread over every partition");
     let seen_a = Arc::new(Mutex::new(Vec::new()));
     let first = group_consumer(&bootstrap, "g1");
     consume(&first, &seen_a, |n| n >= 500).await;
     let second = group_consumer(&bootstrap, "g1");
-    let assigned =
-        |c: &StreamConsumer<CommitOnRevoke>| c.assignment().map(|a| a.count()).unwrap_or(0);
+    let assigned = |c: &StreamConsumer<CommitOnRevoke>| c.assignment().map(|a| a.count()).unwrap_or(0);
     let deadline = Instant::now() + Duration::from_secs(60);
     let done = |n: usize| {
         assert!(Instant::now() < deadline, "phase A stalled at {n} records");
         n >= round1.len() && assigned(&first) > 0 && assigned(&second) > 0
     };
-    tokio::join!(
-        consume(&first, &seen_a, done),
-        consume(&second, &seen_a, done)
-    );
+    tokio::join!(consume(&first, &seen_a, done), consume(&second, &seen_a, done));
     let (n1, n2) = (assigned(&first), assigned(&second));
-    assert_eq!(
-        n1 + n2,
-        PARTITIONS as usize,
-        "the two members split the partitions: {n1} + {n2}"
-    );
+    assert_eq!(n1 + n2, PARTITIONS as usize, "the two members split the partitions: {n1} + {n2}");
     commit(&first);
     commit(&second);
     drop(first);
@@ -210,29 +178,16 @@ async fn produce_consume_commit_kill9_resume() {
         extra.map(|m| m.map(|m| (m.partition(), m.offset())))
     );
     let b_records: BTreeMap<Record, String> = seen_b.lock().unwrap().iter().cloned().collect();
-    assert_eq!(
-        b_records, round2,
-        "after the restart the group reads exactly what it had not committed"
-    );
+    assert_eq!(b_records, round2, "after the restart the group reads exactly what it had not committed");
 
     let a = seen_a.lock().unwrap().clone();
     let b = seen_b.lock().unwrap().clone();
     let mut all: BTreeMap<Record, String> = BTreeMap::new();
     for (record, payload) in a.iter().chain(b.iter()) {
-        assert!(
-            all.insert(*record, payload.clone()).is_none(),
-            "record {record:?} consumed twice"
-        );
+        assert!(all.insert(*record, payload.clone()).is_none(), "record {record:?} consumed twice");
     }
-    assert_eq!(
-        all.len(),
-        acked.len(),
-        "every acked record is consumed once across the restart"
-    );
-    assert_eq!(
-        all, acked,
-        "each offset holds the payload that was acked for it"
-    );
+    assert_eq!(all.len(), acked.len(), "every acked record is consumed once across the restart");
+    assert_eq!(all, acked, "each offset holds the payload that was acked for it");
 
     // A plain read of every partition after the crash finds the same log.
     let reader: StreamConsumer = ClientConfig::new()
@@ -243,8 +198,7 @@ async fn produce_consume_commit_kill9_resume() {
         .expect("reader");
     let mut tpl = TopicPartitionList::new();
     for p in 0..PARTITIONS {
-        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
-            .unwrap();
+        tpl.add_partition_offset(TOPIC, p, Offset::Beginning).unwrap();
     }
     reader.assign(&tpl).unwrap();
     let mut reread = BTreeMap::new();
@@ -258,9 +212,7 @@ async fn produce_consume_commit_kill9_resume() {
     }
     assert_eq!(reread, acked);
     for p in 0..PARTITIONS {
-        let (low, high) = reader
-            .fetch_watermarks(TOPIC, p, Timeout::After(Duration::from_secs(10)))
-            .unwrap();
+        let (low, high) = reader.fetch_watermarks(TOPIC, p, Timeout::After(Duration::from_secs(10))).unwrap();
         let count = acked.keys().filter(|(q, _)| *q == p).count() as i64;
         assert_eq!((low, high), (0, count), "watermarks of partition {p}");
     }

@@ -75,19 +75,9 @@ fn unsupported_versions_get_kafka_errors() {
     assert_eq!(i32::from_be_bytes(body[0..4].try_into().unwrap()), 7);
     assert_eq!(i16_at(&body, 4), 35);
     let count = i32::from_be_bytes(body[6..10].try_into().unwrap()) as usize;
-    let ranges: Vec<(i16, i16, i16)> = (0..count)
-        .map(|i| {
-            (
-                i16_at(&body, 10 + i * 6),
-                i16_at(&body, 12 + i * 6),
-                i16_at(&body, 14 + i * 6),
-            )
-        })
-        .collect();
-    let produce = ranges
-        .iter()
-        .find(|r| r.0 == 0)
-        .expect("Produce is advertised");
+    let ranges: Vec<(i16, i16, i16)> =
+        (0..count).map(|i| (i16_at(&body, 10 + i * 6), i16_at(&body, 12 + i * 6), i16_at(&body, 14 + i * 6))).collect();
+    let produce = ranges.iter().find(|r| r.0 == 0).expect("Produce is advertised");
     assert_eq!(produce.1, 0, "Produce is advertised from v0 for librdkafka");
 
     // Produce v2: every partition is answered with UNSUPPORTED_VERSION, as Kafka 4 does.
@@ -147,17 +137,14 @@ fn malformed_frames_close_only_their_connection() {
     };
     for i in 0..300 {
         let mut s = connect(&kaas);
-        let keys = [
-            0i16, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 32, 37, 42, 44, 60,
-        ];
+        let keys = [0i16, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 32, 37, 42, 44, 60];
         let key = keys[(next() % keys.len() as u64) as usize];
         let version = (next() % 14) as i16;
         let mut request = header(key, version, i);
         let len = (next() % 64) as usize;
         request.extend((0..len).map(|_| next() as u8));
         s.write_all(&frame(&request)).unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(500)))
-            .unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
         let _ = read_response(&mut s);
     }
     assert!(kaas.is_running(), "no request can bring the broker down");

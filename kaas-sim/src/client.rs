@@ -38,18 +38,10 @@ fn text(s: &str) -> StrBytes {
 impl WireClient {
     pub async fn connect(host: &str, port: u16) -> io::Result<WireClient> {
         let stream = TcpStream::connect((host, port)).await?;
-        Ok(WireClient {
-            stream,
-            correlation_id: 0,
-        })
+        Ok(WireClient { stream, correlation_id: 0 })
     }
 
-    pub async fn call<Req, Resp>(
-        &mut self,
-        key: ApiKey,
-        version: i16,
-        request: &Req,
-    ) -> io::Result<Resp>
+    pub async fn call<Req, Resp>(&mut self, key: ApiKey, version: i16, request: &Req) -> io::Result<Resp>
     where
         Req: Encodable + HeaderVersion,
         Resp: Decodable,
@@ -61,12 +53,8 @@ impl WireClient {
             .with_correlation_id(self.correlation_id)
             .with_client_id(Some(text("kaas-sim")));
         let mut body = BytesMut::new();
-        header
-            .encode(&mut body, Req::header_version(version))
-            .map_err(io::Error::other)?;
-        request
-            .encode(&mut body, version)
-            .map_err(io::Error::other)?;
+        header.encode(&mut body, Req::header_version(version)).map_err(io::Error::other)?;
+        request.encode(&mut body, version).map_err(io::Error::other)?;
         let mut frame = BytesMut::with_capacity(body.len() + 4);
         frame.put_i32(body.len() as i32);
         frame.put_slice(&body);
@@ -76,8 +64,7 @@ impl WireClient {
         self.stream.read_exact(&mut buf).await?;
         let mut buf = Bytes::from(buf);
         let response_header =
-            ResponseHeader::decode(&mut buf, key.response_header_version(version))
-                .map_err(io::Error::other)?;
+            ResponseHeader::decode(&mut buf, key.response_header_version(version)).map_err(io::Error::other)?;
         if response_header.correlation_id != self.correlation_id {
             return Err(io::Error::other("correlation id mismatch"));
         }
@@ -89,26 +76,18 @@ impl WireClient {
     }
 
     pub async fn create_topic(&mut self, name: &str, partitions: i32) -> io::Result<i16> {
-        let request = CreateTopicsRequest::default()
-            .with_timeout_ms(10_000)
-            .with_topics(vec![
-                CreatableTopic::default()
-                    .with_name(TopicName(text(name)))
-                    .with_num_partitions(partitions)
-                    .with_replication_factor(1),
-            ]);
+        let request = CreateTopicsRequest::default().with_timeout_ms(10_000).with_topics(vec![
+            CreatableTopic::default()
+                .with_name(TopicName(text(name)))
+                .with_num_partitions(partitions)
+                .with_replication_factor(1),
+        ]);
         let response: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 7, &request).await?;
         Ok(response.topics.first().map(|t| t.error_code).unwrap_or(-1))
     }
 
     /// Produces one uncompressed batch of `values` with acks=all; the base offset on success.
-    pub async fn produce(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        values: &[Bytes],
-        timestamp_ms: i64,
-    ) -> Outcome<i64> {
+    pub async fn produce(&mut self, topic: &str, partition: i32, values: &[Bytes], timestamp_ms: i64) -> Outcome<i64> {
         let records: Vec<Record> = values
             .iter()
             .enumerate()
@@ -129,43 +108,22 @@ impl WireClient {
             })
             .collect();
         let mut batch = BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
+        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
         if RecordBatchEncoder::encode(&mut batch, records.iter(), &options).is_err() {
             return Outcome::Failed(-1);
         }
-        let request = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![
-                TopicProduceData::default()
-                    .with_name(TopicName(text(topic)))
-                    .with_partition_data(vec![
-                        PartitionProduceData::default()
-                            .with_index(partition)
-                            .with_records(Some(batch.freeze())),
-                    ]),
-            ]);
-        match self
-            .call::<_, ProduceResponse>(ApiKey::Produce, 9, &request)
-            .await
-        {
+        let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+            TopicProduceData::default().with_name(TopicName(text(topic))).with_partition_data(vec![
+                PartitionProduceData::default().with_index(partition).with_records(Some(batch.freeze())),
+            ]),
+        ]);
+        match self.call::<_, ProduceResponse>(ApiKey::Produce, 9, &request).await {
             Err(_) => Outcome::Indefinite,
             Ok(response) => {
-                let Some(p) = response
-                    .responses
-                    .first()
-                    .and_then(|t| t.partition_responses.first())
-                else {
+                let Some(p) = response.responses.first().and_then(|t| t.partition_responses.first()) else {
                     return Outcome::Failed(-1);
                 };
-                if p.error_code == 0 {
-                    Outcome::Ok(p.base_offset)
-                } else {
-                    Outcome::Failed(p.error_code)
-                }
+                if p.error_code == 0 { Outcome::Ok(p.base_offset) } else { Outcome::Failed(p.error_code) }
             }
         }
     }
@@ -184,25 +142,17 @@ impl WireClient {
             .with_min_bytes(1)
             .with_max_bytes(1 << 20)
             .with_session_epoch(-1)
-            .with_topics(vec![
-                FetchTopic::default()
-                    .with_topic(TopicName(text(topic)))
-                    .with_partitions(vec![
+            .with_topics(vec![FetchTopic::default().with_topic(TopicName(text(topic))).with_partitions(vec![
                         FetchPartition::default()
                             .with_partition(partition)
                             .with_fetch_offset(offset)
                             .with_partition_max_bytes(1 << 20),
-                    ]),
-            ]);
+                    ])]);
         let response: FetchResponse = match self.call(ApiKey::Fetch, 12, &request).await {
             Ok(r) => r,
             Err(_) => return Outcome::Indefinite,
         };
-        let Some(p) = response
-            .responses
-            .first()
-            .and_then(|t| t.partitions.first())
-        else {
+        let Some(p) = response.responses.first().and_then(|t| t.partitions.first()) else {
             return Outcome::Failed(-1);
         };
         if p.error_code != 0 {

@@ -74,12 +74,8 @@ impl Net for SimNet {
     type Listener = SimListener;
 
     async fn bind(&self, addr: &str) -> std::io::Result<SimListener> {
-        let port: u16 = addr
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse().ok())
-            .unwrap_or(9092);
-        let listener =
-            turmoil::net::TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)).await?;
+        let port: u16 = addr.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).unwrap_or(9092);
+        let listener = turmoil::net::TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)).await?;
         Ok(SimListener(listener))
     }
 }
@@ -95,13 +91,7 @@ pub struct SimEnv {
 
 impl SimEnv {
     pub fn new(volume: SimVolume, seed: u64, skew_ms: i64) -> Self {
-        SimEnv {
-            clock: SimClock { skew_ms },
-            rng: SimRng::new(seed),
-            spawner: SimSpawner,
-            volume,
-            net: SimNet,
-        }
+        SimEnv { clock: SimClock { skew_ms }, rng: SimRng::new(seed), spawner: SimSpawner, volume, net: SimNet }
     }
 }
 

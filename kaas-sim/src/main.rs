@@ -40,14 +40,10 @@ fn run(args: &[String]) -> Result<bool, String> {
         Some("replay") => {
             let path = args.get(1).ok_or("replay needs a seed file")?;
             let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-            let file: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
-            let name = file["scenario"]
-                .as_str()
-                .ok_or("seed file without scenario")?;
+            let file: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+            let name = file["scenario"].as_str().ok_or("seed file without scenario")?;
             let seed = file["seed"].as_u64().ok_or("seed file without seed")?;
-            let scenario =
-                scenarios::find(name).ok_or_else(|| format!("unknown scenario {name}"))?;
+            let scenario = scenarios::find(name).ok_or_else(|| format!("unknown scenario {name}"))?;
             Ok(one(scenario, seed, false, false))
         }
         _ => Err("unknown command".into()),
@@ -63,14 +59,10 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
         match flag.as_str() {
             "--scenario" => {
                 let name = it.next().ok_or("--scenario needs a name")?;
-                scenario =
-                    Some(scenarios::find(name).ok_or_else(|| format!("unknown scenario {name}"))?);
+                scenario = Some(scenarios::find(name).ok_or_else(|| format!("unknown scenario {name}"))?);
             }
             "--seed" => {
-                let n: u64 = it
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or("--seed needs a number")?;
+                let n: u64 = it.next().and_then(|s| s.parse().ok()).ok_or("--seed needs a number")?;
                 seeds = Some(n..n + 1);
             }
             "--seeds" => {
@@ -106,10 +98,7 @@ fn one(scenario: &Scenario, seed: u64, check_determinism: bool, write_seed_file:
         let again = (scenario.run)(seed);
         if again.trace != result.trace || again.pass != result.pass {
             result.pass = false;
-            result.violations.push(format!(
-                "nondeterminism: trace {:016x} then {:016x}",
-                result.trace, again.trace
-            ));
+            result.violations.push(format!("nondeterminism: trace {:016x} then {:016x}", result.trace, again.trace));
         }
     }
     let wall = started.elapsed().as_secs_f64();

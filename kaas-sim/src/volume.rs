@@ -108,8 +108,7 @@ impl SimVolume {
 }
 
 fn parent_dirs(path: &str) -> impl Iterator<Item = String> + '_ {
-    path.match_indices('/')
-        .map(move |(i, _)| path[..i].to_string())
+    path.match_indices('/').map(move |(i, _)| path[..i].to_string())
 }
 
 impl Volume for SimVolume {
@@ -136,18 +135,12 @@ impl Volume for SimVolume {
                 inode
             }
         };
-        Ok(SimFile {
-            state: self.state.clone(),
-            inode,
-        })
+        Ok(SimFile { state: self.state.clone(), inode })
     }
 
     async fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
         let state = self.lock();
-        Ok(state
-            .paths
-            .get(path)
-            .map(|i| Bytes::copy_from_slice(&state.inodes[i].data)))
+        Ok(state.paths.get(path).map(|i| Bytes::copy_from_slice(&state.inodes[i].data)))
     }
 
     async fn write_atomic(&self, path: &str, data: Bytes) -> io::Result<()> {
@@ -155,13 +148,7 @@ impl Volume for SimVolume {
         state.next_inode += 1;
         let inode = state.next_inode;
         let len = data.len();
-        state.inodes.insert(
-            inode,
-            Inode {
-                data: data.to_vec(),
-                durable_len: len,
-            },
-        );
+        state.inodes.insert(inode, Inode { data: data.to_vec(), durable_len: len });
         if let Some(old) = state.paths.insert(path.to_string(), inode) {
             state.inodes.remove(&old);
         }
@@ -171,11 +158,7 @@ impl Volume for SimVolume {
 
     async fn list(&self, dir: &str) -> io::Result<Vec<String>> {
         let state = self.lock();
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
+        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
         let mut names: Vec<String> = state
             .paths
             .keys()
@@ -200,12 +183,7 @@ impl Volume for SimVolume {
     async fn remove_dir_all(&self, path: &str) -> io::Result<()> {
         let mut state = self.lock();
         let prefix = format!("{path}/");
-        let doomed: Vec<String> = state
-            .paths
-            .keys()
-            .filter(|p| p.starts_with(&prefix))
-            .cloned()
-            .collect();
+        let doomed: Vec<String> = state.paths.keys().filter(|p| p.starts_with(&prefix)).cloned().collect();
         for p in doomed {
             let inode = state.paths.remove(&p).expect("listed");
             state.inodes.remove(&inode);
@@ -219,9 +197,7 @@ impl SimFile {
     fn with<T>(&self, f: impl FnOnce(&mut Inode, &mut VolumeStats) -> T) -> io::Result<T> {
         let mut state = self.state.lock().expect("volume lock");
         let State { inodes, stats, .. } = &mut *state;
-        let inode = inodes
-            .get_mut(&self.inode)
-            .ok_or_else(|| not_found("removed file"))?;
+        let inode = inodes.get_mut(&self.inode).ok_or_else(|| not_found("removed file"))?;
         Ok(f(inode, stats))
     }
 }

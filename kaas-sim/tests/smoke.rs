@@ -14,40 +14,24 @@ fn smoke_seeds_pass_and_replay_to_the_same_trace() {
         let second = smoke::run(seed);
         assert_eq!(first, second, "seed {seed} is not deterministic");
     }
-    assert_ne!(
-        smoke::run(1).trace,
-        smoke::run(2).trace,
-        "different seeds explore different runs"
-    );
+    assert_ne!(smoke::run(1).trace, smoke::run(2).trace, "different seeds explore different runs");
 }
 
 #[tokio::test]
 async fn a_crash_loses_unsynced_bytes_and_keeps_synced_ones() {
     let volume = SimVolume::default();
     let file = volume.open("p/00.log").await.unwrap();
-    file.append(bytes::Bytes::from_static(b"durable"))
-        .await
-        .unwrap();
+    file.append(bytes::Bytes::from_static(b"durable")).await.unwrap();
     file.sync().await.unwrap();
-    file.append(bytes::Bytes::from(vec![7u8; 2000]))
-        .await
-        .unwrap();
+    file.append(bytes::Bytes::from(vec![7u8; 2000])).await.unwrap();
     volume.crash(|_| 0);
     assert_eq!(volume.contents("p/00.log").unwrap(), b"durable");
-    file.append(bytes::Bytes::from(vec![7u8; 2000]))
-        .await
-        .unwrap();
+    file.append(bytes::Bytes::from(vec![7u8; 2000])).await.unwrap();
     // A torn write keeps whole 512-byte blocks of what was pending.
     volume.crash(|blocks| blocks - 2);
     assert_eq!(volume.contents("p/00.log").unwrap().len(), 7 + 1024);
-    volume
-        .write_atomic("p/state.json", bytes::Bytes::from_static(b"{}"))
-        .await
-        .unwrap();
+    volume.write_atomic("p/state.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
     volume.crash(|_| 0);
     assert_eq!(volume.contents("p/state.json").unwrap(), b"{}");
-    assert_eq!(
-        volume.list("p").await.unwrap(),
-        vec!["00.log".to_string(), "state.json".to_string()]
-    );
+    assert_eq!(volume.list("p").await.unwrap(), vec!["00.log".to_string(), "state.json".to_string()]);
 }

@@ -108,11 +108,7 @@ pub trait Env: Clone + Send + Sync + 'static {
 
 /// Joins volume path components with `/`.
 pub fn join(dir: &str, name: &str) -> String {
-    if dir.is_empty() {
-        name.to_string()
-    } else {
-        format!("{dir}/{name}")
-    }
+    if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
 }
 
 /// The directory part of a volume path ("" for a top-level entry).

@@ -62,11 +62,7 @@ pub struct CommitRequest {
 }
 
 enum Command {
-    Join(
-        String,
-        JoinRequest,
-        oneshot::Sender<CoreResult<JoinOutcome>>,
-    ),
+    Join(String, JoinRequest, oneshot::Sender<CoreResult<JoinOutcome>>),
     Sync {
         group_id: String,
         member_id: String,
@@ -115,9 +111,7 @@ impl GroupsHandle {
     }
 
     pub async fn join(&self, group_id: String, request: JoinRequest) -> CoreResult<JoinOutcome> {
-        self.ask(|r| Command::Join(group_id, request, r))
-            .await
-            .unwrap_or_else(gone)
+        self.ask(|r| Command::Join(group_id, request, r)).await.unwrap_or_else(gone)
     }
 
     pub async fn sync(
@@ -128,16 +122,9 @@ impl GroupsHandle {
         generation_id: i32,
         assignments: Vec<(String, Bytes)>,
     ) -> CoreResult<SyncOutcome> {
-        self.ask(|reply| Command::Sync {
-            group_id,
-            member_id,
-            instance,
-            generation_id,
-            assignments,
-            reply,
-        })
-        .await
-        .unwrap_or_else(gone)
+        self.ask(|reply| Command::Sync { group_id, member_id, instance, generation_id, assignments, reply })
+            .await
+            .unwrap_or_else(gone)
     }
 
     pub async fn heartbeat(
@@ -147,15 +134,9 @@ impl GroupsHandle {
         instance: Option<String>,
         generation_id: i32,
     ) -> CoreResult<()> {
-        self.ask(|reply| Command::Heartbeat {
-            group_id,
-            member_id,
-            instance,
-            generation_id,
-            reply,
-        })
-        .await
-        .unwrap_or_else(gone)
+        self.ask(|reply| Command::Heartbeat { group_id, member_id, instance, generation_id, reply })
+            .await
+            .unwrap_or_else(gone)
     }
 
     pub async fn leave(
@@ -163,19 +144,11 @@ impl GroupsHandle {
         group_id: String,
         members: Vec<(String, Option<String>)>,
     ) -> CoreResult<Vec<CoreResult<()>>> {
-        self.ask(|reply| Command::Leave {
-            group_id,
-            members,
-            reply,
-        })
-        .await
-        .unwrap_or_else(gone)
+        self.ask(|reply| Command::Leave { group_id, members, reply }).await.unwrap_or_else(gone)
     }
 
     pub async fn commit(&self, request: CommitRequest) -> CoreResult<()> {
-        self.ask(|r| Command::Commit(request, r))
-            .await
-            .unwrap_or_else(gone)
+        self.ask(|r| Command::Commit(request, r)).await.unwrap_or_else(gone)
     }
 
     pub async fn fetch(
@@ -183,34 +156,19 @@ impl GroupsHandle {
         group_id: String,
         partitions: Option<Vec<TopicPartition>>,
     ) -> CoreResult<Vec<(TopicPartition, Option<CommittedOffset>)>> {
-        self.ask(|reply| Command::Fetch {
-            group_id,
-            partitions,
-            reply,
-        })
-        .await
-        .ok_or(CoreError::CoordinatorNotAvailable)
+        self.ask(|reply| Command::Fetch { group_id, partitions, reply }).await.ok_or(CoreError::CoordinatorNotAvailable)
     }
 
     pub async fn describe(&self, group_ids: Vec<String>) -> CoreResult<Vec<GroupDescription>> {
-        self.ask(|r| Command::Describe(group_ids, r))
-            .await
-            .ok_or(CoreError::CoordinatorNotAvailable)
+        self.ask(|r| Command::Describe(group_ids, r)).await.ok_or(CoreError::CoordinatorNotAvailable)
     }
 
     pub async fn list(&self) -> CoreResult<Vec<GroupListing>> {
-        self.ask(Command::List)
-            .await
-            .ok_or(CoreError::CoordinatorNotAvailable)
+        self.ask(Command::List).await.ok_or(CoreError::CoordinatorNotAvailable)
     }
 
-    pub async fn delete(
-        &self,
-        group_ids: Vec<String>,
-    ) -> CoreResult<Vec<(String, CoreResult<()>)>> {
-        self.ask(|r| Command::Delete(group_ids, r))
-            .await
-            .ok_or(CoreError::CoordinatorNotAvailable)
+    pub async fn delete(&self, group_ids: Vec<String>) -> CoreResult<Vec<(String, CoreResult<()>)>> {
+        self.ask(|r| Command::Delete(group_ids, r)).await.ok_or(CoreError::CoordinatorNotAvailable)
     }
 }
 
@@ -245,9 +203,7 @@ pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<Gro
 impl<E: Env> GroupCoordinator<E> {
     fn group_mut(&mut self, group_id: &str) -> &mut Group {
         let delay = self.config.group_initial_rebalance_delay_ms;
-        self.groups
-            .entry(group_id.to_string())
-            .or_insert_with(|| Group::new(group_id.to_string(), delay))
+        self.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id.to_string(), delay))
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
@@ -278,11 +234,7 @@ impl<E: Env> GroupCoordinator<E> {
             let mut group_replies = Vec::new();
             group.tick(now, &mut group_replies);
             group.check_invariants();
-            replies.extend(
-                group_replies
-                    .into_iter()
-                    .map(|r| (group.group_id.clone(), r)),
-            );
+            replies.extend(group_replies.into_iter().map(|r| (group.group_id.clone(), r)));
         }
         self.deliver(replies);
     }
@@ -346,67 +298,37 @@ impl<E: Env> GroupCoordinator<E> {
                     JoinAction::Done(result) => drop(reply.send(result)),
                     JoinAction::Parked { member_id } => {
                         // A join parked twice (a client retry) answers the older one as replaced.
-                        if let Some(old) = self
-                            .parked_joins
-                            .insert((group_id.clone(), member_id), reply)
-                        {
+                        if let Some(old) = self.parked_joins.insert((group_id.clone(), member_id), reply) {
                             let _ = old.send(Err(CoreError::UnknownMemberId));
                         }
                     }
                 }
                 self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
             }
-            Command::Sync {
-                group_id,
-                member_id,
-                instance,
-                generation_id,
-                assignments,
-                reply,
-            } => {
+            Command::Sync { group_id, member_id, instance, generation_id, assignments, reply } => {
                 let Some(group) = self.groups.get_mut(&group_id) else {
                     let _ = reply.send(Err(CoreError::UnknownMemberId));
                     return;
                 };
                 let mut replies = Vec::new();
-                let answer = group.sync(
-                    &member_id,
-                    instance.as_deref(),
-                    generation_id,
-                    assignments,
-                    now,
-                    &mut replies,
-                );
+                let answer = group.sync(&member_id, instance.as_deref(), generation_id, assignments, now, &mut replies);
                 group.check_invariants();
                 match answer {
                     Some(result) => drop(reply.send(result)),
                     None => {
-                        self.parked_syncs
-                            .insert((group_id.clone(), member_id), reply);
+                        self.parked_syncs.insert((group_id.clone(), member_id), reply);
                     }
                 }
                 self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
             }
-            Command::Heartbeat {
-                group_id,
-                member_id,
-                instance,
-                generation_id,
-                reply,
-            } => {
+            Command::Heartbeat { group_id, member_id, instance, generation_id, reply } => {
                 let result = match self.groups.get_mut(&group_id) {
-                    Some(group) => {
-                        group.heartbeat(&member_id, instance.as_deref(), generation_id, now)
-                    }
+                    Some(group) => group.heartbeat(&member_id, instance.as_deref(), generation_id, now),
                     None => Err(CoreError::UnknownMemberId),
                 };
                 let _ = reply.send(result);
             }
-            Command::Leave {
-                group_id,
-                members,
-                reply,
-            } => {
+            Command::Leave { group_id, members, reply } => {
                 let Some(group) = self.groups.get_mut(&group_id) else {
                     let _ = reply.send(Err(CoreError::UnknownMemberId));
                     return;
@@ -423,11 +345,7 @@ impl<E: Env> GroupCoordinator<E> {
             Command::Commit(request, reply) => {
                 let _ = reply.send(self.commit(request, now).await);
             }
-            Command::Fetch {
-                group_id,
-                partitions,
-                reply,
-            } => {
+            Command::Fetch { group_id, partitions, reply } => {
                 let _ = reply.send(self.offsets.fetch(&group_id, partitions));
             }
             Command::Describe(group_ids, reply) => {
@@ -461,16 +379,10 @@ impl<E: Env> GroupCoordinator<E> {
             return Err(CoreError::InvalidGroupId);
         }
         let group = self.group_mut(&request.group_id);
-        group.check_commit(
-            &request.member_id,
-            request.group_instance_id.as_deref(),
-            request.generation_id,
-        )?;
+        group.check_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
         group.touch(&request.member_id, now);
         let now_ms = self.env.clock().now_ms();
-        self.offsets
-            .commit(&request.group_id, request.offsets, now_ms)
-            .await
+        self.offsets.commit(&request.group_id, request.offsets, now_ms).await
     }
 
     fn describe(&self, group_id: &str) -> GroupDescription {
@@ -499,11 +411,7 @@ impl<E: Env> GroupCoordinator<E> {
                     .find(|(n, _)| *n == protocol_name)
                     .map(|(_, b)| b.clone())
                     .unwrap_or_default(),
-                assignment: if stable {
-                    m.assignment.clone()
-                } else {
-                    Bytes::new()
-                },
+                assignment: if stable { m.assignment.clone() } else { Bytes::new() },
             })
             .collect();
         GroupDescription {

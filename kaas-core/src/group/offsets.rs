@@ -60,23 +60,13 @@ impl<V: Volume> OffsetStore<V> {
                 continue;
             }
             let path = join(GROUPS_DIR, &name);
-            let raw = volume
-                .read(&path)
-                .await
-                .map_err(storage)?
-                .unwrap_or_default();
+            let raw = volume.read(&path).await.map_err(storage)?.unwrap_or_default();
             let file: GroupOffsetsFile = serde_json::from_slice(&raw)
                 .map_err(|e| CoreError::Storage(format!("{path}: unreadable offsets: {e}")))?;
             if file.format_version != FORMAT_VERSION || file_name(&file.group_id) != name {
-                return Err(CoreError::Storage(format!(
-                    "{path}: unknown format version or group mismatch"
-                )));
+                return Err(CoreError::Storage(format!("{path}: unknown format version or group mismatch")));
             }
-            let offsets = file
-                .offsets
-                .into_iter()
-                .map(|e| ((e.topic, e.partition), e.committed))
-                .collect();
+            let offsets = file.offsets.into_iter().map(|e| ((e.topic, e.partition), e.committed)).collect();
             groups.insert(file.group_id, offsets);
         }
         Ok(OffsetStore { volume, groups })
@@ -103,11 +93,7 @@ impl<V: Volume> OffsetStore<V> {
         Ok(())
     }
 
-    async fn persist(
-        &self,
-        group_id: &str,
-        offsets: &BTreeMap<TopicPartition, CommittedOffset>,
-    ) -> CoreResult<()> {
+    async fn persist(&self, group_id: &str, offsets: &BTreeMap<TopicPartition, CommittedOffset>) -> CoreResult<()> {
         let file = GroupOffsetsFile {
             format_version: FORMAT_VERSION,
             group_id: group_id.to_string(),
@@ -121,10 +107,7 @@ impl<V: Volume> OffsetStore<V> {
                 .collect(),
         };
         let raw = serde_json::to_vec(&file).expect("serialisable");
-        self.volume
-            .write_atomic(&join(GROUPS_DIR, &file_name(group_id)), Bytes::from(raw))
-            .await
-            .map_err(storage)
+        self.volume.write_atomic(&join(GROUPS_DIR, &file_name(group_id)), Bytes::from(raw)).await.map_err(storage)
     }
 
     /// The committed offsets of `partitions`, or of every partition the group has committed.
@@ -142,21 +125,14 @@ impl<V: Volume> OffsetStore<V> {
                     (tp, c)
                 })
                 .collect(),
-            None => committed
-                .map(|m| {
-                    m.iter()
-                        .map(|(tp, c)| (tp.clone(), Some(c.clone())))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            None => {
+                committed.map(|m| m.iter().map(|(tp, c)| (tp.clone(), Some(c.clone()))).collect()).unwrap_or_default()
+            }
         }
     }
 
     pub async fn delete_group(&mut self, group_id: &str) -> CoreResult<()> {
-        self.volume
-            .remove_file(&join(GROUPS_DIR, &file_name(group_id)))
-            .await
-            .map_err(storage)?;
+        self.volume.remove_file(&join(GROUPS_DIR, &file_name(group_id))).await.map_err(storage)?;
         self.groups.remove(group_id);
         Ok(())
     }

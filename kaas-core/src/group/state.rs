@@ -73,11 +73,7 @@ pub struct Member {
 
 impl Member {
     fn metadata_for(&self, protocol: &str) -> Bytes {
-        self.protocols
-            .iter()
-            .find(|(n, _)| n == protocol)
-            .map(|(_, m)| m.clone())
-            .unwrap_or_default()
+        self.protocols.iter().find(|(n, _)| n == protocol).map(|(_, m)| m.clone()).unwrap_or_default()
     }
 }
 
@@ -189,18 +185,10 @@ impl Group {
             .filter(|m| !m.awaiting_join)
             .map(|m| m.last_heard + Duration::from_millis(m.session_timeout_ms.max(0) as u64));
         let pending = self.pending_members.values().copied();
-        sessions
-            .chain(pending)
-            .chain(self.join_deadline)
-            .chain(self.initial_delay_until)
-            .min()
+        sessions.chain(pending).chain(self.join_deadline).chain(self.initial_delay_until).min()
     }
 
-    fn check_protocols(
-        &self,
-        protocol_type: &str,
-        protocols: &[(String, Bytes)],
-    ) -> CoreResult<()> {
+    fn check_protocols(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> CoreResult<()> {
         if protocol_type.is_empty() || protocols.is_empty() {
             return Err(CoreError::InconsistentGroupProtocol);
         }
@@ -211,25 +199,12 @@ impl Group {
             return Err(CoreError::InconsistentGroupProtocol);
         }
         // Every member must share at least one protocol with the newcomer.
-        let shared = protocols.iter().any(|(name, _)| {
-            self.members
-                .values()
-                .all(|m| m.protocols.iter().any(|(n, _)| n == name))
-        });
-        if shared {
-            Ok(())
-        } else {
-            Err(CoreError::InconsistentGroupProtocol)
-        }
+        let shared =
+            protocols.iter().any(|(name, _)| self.members.values().all(|m| m.protocols.iter().any(|(n, _)| n == name)));
+        if shared { Ok(()) } else { Err(CoreError::InconsistentGroupProtocol) }
     }
 
-    pub fn join(
-        &mut self,
-        req: JoinRequest,
-        now: Instant,
-        unique: u64,
-        replies: &mut Vec<Reply>,
-    ) -> JoinAction {
+    pub fn join(&mut self, req: JoinRequest, now: Instant, unique: u64, replies: &mut Vec<Reply>) -> JoinAction {
         if let Err(e) = self.check_protocols(&req.protocol_type, &req.protocols) {
             return JoinAction::Done(Err(e));
         }
@@ -258,19 +233,13 @@ impl Group {
         let member_id = req.member_id;
         match self.state {
             GroupState::PreparingRebalance => {
-                self.members
-                    .get_mut(&member_id)
-                    .expect("member")
-                    .awaiting_join = true;
+                self.members.get_mut(&member_id).expect("member").awaiting_join = true;
                 self.maybe_complete_join(now, replies);
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
                 let is_leader = self.leader.as_deref() == Some(member_id.as_str());
                 if changed || (self.state == GroupState::Stable && is_leader) {
-                    self.members
-                        .get_mut(&member_id)
-                        .expect("member")
-                        .awaiting_join = true;
+                    self.members.get_mut(&member_id).expect("member").awaiting_join = true;
                     self.prepare_rebalance(now, replies);
                 } else {
                     // A resent join of the current generation: answer it again.
@@ -282,22 +251,13 @@ impl Group {
         JoinAction::Parked { member_id }
     }
 
-    fn join_new_member(
-        &mut self,
-        req: JoinRequest,
-        now: Instant,
-        unique: u64,
-        replies: &mut Vec<Reply>,
-    ) -> JoinAction {
+    fn join_new_member(&mut self, req: JoinRequest, now: Instant, unique: u64, replies: &mut Vec<Reply>) -> JoinAction {
         let member_id = self.new_member_id(&req.client_id, unique);
         if let Some(instance) = req.group_instance_id.clone() {
             if let Some(old) = self.static_members.get(&instance).cloned() {
                 // A static member restarted: the new id takes the old one's place and
                 // assignment, without a rebalance when nothing else changed.
-                let mut member = self
-                    .members
-                    .remove(&old)
-                    .expect("static member is a member");
+                let mut member = self.members.remove(&old).expect("static member is a member");
                 if member.awaiting_join {
                     replies.push(Reply::Join(old.clone(), Err(CoreError::FencedInstanceId)));
                 }
@@ -320,10 +280,7 @@ impl Group {
                 if self.state == GroupState::Stable && !changed {
                     return JoinAction::Done(Ok(self.join_outcome(&member_id)));
                 }
-                self.members
-                    .get_mut(&member_id)
-                    .expect("member")
-                    .awaiting_join = true;
+                self.members.get_mut(&member_id).expect("member").awaiting_join = true;
                 if self.state == GroupState::PreparingRebalance {
                     self.maybe_complete_join(now, replies);
                 } else {
@@ -336,27 +293,19 @@ impl Group {
         }
         if req.require_known_member_id {
             let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
-            self.pending_members
-                .insert(member_id.clone(), now + session);
+            self.pending_members.insert(member_id.clone(), now + session);
             return JoinAction::Done(Err(CoreError::MemberIdRequired(member_id)));
         }
         self.add_member(member_id.clone(), req, now, replies);
         JoinAction::Parked { member_id }
     }
 
-    fn add_member(
-        &mut self,
-        member_id: String,
-        req: JoinRequest,
-        now: Instant,
-        replies: &mut Vec<Reply>,
-    ) {
+    fn add_member(&mut self, member_id: String, req: JoinRequest, now: Instant, replies: &mut Vec<Reply>) {
         if self.members.is_empty() {
             self.protocol_type = Some(req.protocol_type.clone());
         }
         if let Some(instance) = &req.group_instance_id {
-            self.static_members
-                .insert(instance.clone(), member_id.clone());
+            self.static_members.insert(instance.clone(), member_id.clone());
         }
         self.members.insert(
             member_id.clone(),
@@ -391,25 +340,16 @@ impl Group {
         for member in self.members.values_mut() {
             if member.awaiting_sync {
                 member.awaiting_sync = false;
-                replies.push(Reply::Sync(
-                    member.member_id.clone(),
-                    Err(CoreError::RebalanceInProgress),
-                ));
+                replies.push(Reply::Sync(member.member_id.clone(), Err(CoreError::RebalanceInProgress)));
             }
         }
-        let rebalance_ms = self
-            .members
-            .values()
-            .map(|m| m.rebalance_timeout_ms.max(0) as u64)
-            .max()
-            .unwrap_or(0);
+        let rebalance_ms = self.members.values().map(|m| m.rebalance_timeout_ms.max(0) as u64).max().unwrap_or(0);
         self.join_deadline = Some(now + Duration::from_millis(rebalance_ms));
-        self.initial_delay_until =
-            if self.state == GroupState::Empty && !self.initial_delay.is_zero() {
-                Some(now + self.initial_delay)
-            } else {
-                None
-            };
+        self.initial_delay_until = if self.state == GroupState::Empty && !self.initial_delay.is_zero() {
+            Some(now + self.initial_delay)
+        } else {
+            None
+        };
         self.transition(GroupState::PreparingRebalance);
         self.maybe_complete_join(now, replies);
     }
@@ -427,12 +367,8 @@ impl Group {
             return;
         }
         if timed_out {
-            let gone: Vec<String> = self
-                .members
-                .values()
-                .filter(|m| !m.awaiting_join)
-                .map(|m| m.member_id.clone())
-                .collect();
+            let gone: Vec<String> =
+                self.members.values().filter(|m| !m.awaiting_join).map(|m| m.member_id.clone()).collect();
             for member_id in gone {
                 self.remove_member(&member_id);
             }
@@ -448,11 +384,7 @@ impl Group {
             return;
         }
         self.protocol_name = Some(self.select_protocol());
-        if self
-            .leader
-            .as_ref()
-            .is_none_or(|l| !self.members.contains_key(l))
-        {
+        if self.leader.as_ref().is_none_or(|l| !self.members.contains_key(l)) {
             self.leader = self.members.keys().next().cloned();
         }
         self.transition(GroupState::CompletingRebalance);
@@ -473,11 +405,7 @@ impl Group {
             .protocols
             .iter()
             .map(|(n, _)| n)
-            .filter(|n| {
-                self.members
-                    .values()
-                    .all(|m| m.protocols.iter().any(|(p, _)| p == *n))
-            })
+            .filter(|n| self.members.values().all(|m| m.protocols.iter().any(|(p, _)| p == *n)))
             .collect();
         let mut votes: BTreeMap<&String, usize> = BTreeMap::new();
         for m in self.members.values() {
@@ -486,13 +414,9 @@ impl Group {
             }
         }
         let best = candidates.iter().max_by_key(|n| {
-            (
-                votes.get(*n).copied().unwrap_or(0),
-                std::cmp::Reverse(candidates.iter().position(|c| c == *n)),
-            )
+            (votes.get(*n).copied().unwrap_or(0), std::cmp::Reverse(candidates.iter().position(|c| c == *n)))
         });
-        best.map(|s| (*s).clone())
-            .unwrap_or_else(|| first.protocols[0].0.clone())
+        best.map(|s| (*s).clone()).unwrap_or_else(|| first.protocols[0].0.clone())
     }
 
     fn join_outcome(&self, member_id: &str) -> JoinOutcome {
@@ -501,13 +425,7 @@ impl Group {
         let members = if leader == member_id {
             self.members
                 .values()
-                .map(|m| {
-                    (
-                        m.member_id.clone(),
-                        m.group_instance_id.clone(),
-                        m.metadata_for(&protocol_name),
-                    )
-                })
+                .map(|m| (m.member_id.clone(), m.group_instance_id.clone(), m.metadata_for(&protocol_name)))
                 .collect()
         } else {
             Vec::new()
@@ -536,12 +454,7 @@ impl Group {
     }
 
     /// Validates a member of the current generation (SyncGroup, Heartbeat, OffsetCommit).
-    fn check_member(
-        &self,
-        member_id: &str,
-        instance: Option<&str>,
-        generation_id: i32,
-    ) -> CoreResult<()> {
+    fn check_member(&self, member_id: &str, instance: Option<&str>, generation_id: i32) -> CoreResult<()> {
         if let Some(instance) = instance
             && let Some(current) = self.static_members.get(instance)
             && current != member_id
@@ -576,23 +489,15 @@ impl Group {
             GroupState::PreparingRebalance => Some(Err(CoreError::RebalanceInProgress)),
             GroupState::Stable => Some(Ok(self.sync_outcome(member_id))),
             GroupState::CompletingRebalance => {
-                self.members
-                    .get_mut(member_id)
-                    .expect("member")
-                    .awaiting_sync = true;
+                self.members.get_mut(member_id).expect("member").awaiting_sync = true;
                 if self.leader.as_deref() == Some(member_id) {
                     let assigned: BTreeMap<String, Bytes> = assignments.into_iter().collect();
                     for member in self.members.values_mut() {
-                        member.assignment =
-                            assigned.get(&member.member_id).cloned().unwrap_or_default();
+                        member.assignment = assigned.get(&member.member_id).cloned().unwrap_or_default();
                     }
                     self.transition(GroupState::Stable);
-                    let waiting: Vec<String> = self
-                        .members
-                        .values()
-                        .filter(|m| m.awaiting_sync)
-                        .map(|m| m.member_id.clone())
-                        .collect();
+                    let waiting: Vec<String> =
+                        self.members.values().filter(|m| m.awaiting_sync).map(|m| m.member_id.clone()).collect();
                     for id in waiting {
                         self.members.get_mut(&id).expect("member").awaiting_sync = false;
                         replies.push(Reply::Sync(id.clone(), Ok(self.sync_outcome(&id))));
@@ -607,11 +512,7 @@ impl Group {
         SyncOutcome {
             protocol_type: self.protocol_type.clone().unwrap_or_default(),
             protocol_name: self.protocol_name.clone().unwrap_or_default(),
-            assignment: self
-                .members
-                .get(member_id)
-                .map(|m| m.assignment.clone())
-                .unwrap_or_default(),
+            assignment: self.members.get(member_id).map(|m| m.assignment.clone()).unwrap_or_default(),
         }
     }
 
@@ -656,16 +557,10 @@ impl Group {
             return Err(CoreError::UnknownMemberId);
         };
         if member.awaiting_join {
-            replies.push(Reply::Join(
-                member_id.clone(),
-                Err(CoreError::UnknownMemberId),
-            ));
+            replies.push(Reply::Join(member_id.clone(), Err(CoreError::UnknownMemberId)));
         }
         if member.awaiting_sync {
-            replies.push(Reply::Sync(
-                member_id.clone(),
-                Err(CoreError::UnknownMemberId),
-            ));
+            replies.push(Reply::Sync(member_id.clone(), Err(CoreError::UnknownMemberId)));
         }
         self.after_member_removed(now, replies);
         Ok(())
@@ -673,9 +568,7 @@ impl Group {
 
     fn after_member_removed(&mut self, now: Instant, replies: &mut Vec<Reply>) {
         match self.state {
-            GroupState::Stable | GroupState::CompletingRebalance => {
-                self.prepare_rebalance(now, replies)
-            }
+            GroupState::Stable | GroupState::CompletingRebalance => self.prepare_rebalance(now, replies),
             GroupState::PreparingRebalance => self.maybe_complete_join(now, replies),
             GroupState::Empty => {}
         }
@@ -688,9 +581,7 @@ impl Group {
             .members
             .values()
             .filter(|m| {
-                !m.awaiting_join
-                    && now
-                        >= m.last_heard + Duration::from_millis(m.session_timeout_ms.max(0) as u64)
+                !m.awaiting_join && now >= m.last_heard + Duration::from_millis(m.session_timeout_ms.max(0) as u64)
             })
             .map(|m| m.member_id.clone())
             .collect();
@@ -708,21 +599,12 @@ impl Group {
 
     /// OffsetCommit's membership rule: an empty group accepts commits from anyone (generation
     /// -1, as standalone consumers send); otherwise only from a member of this generation.
-    pub fn check_commit(
-        &self,
-        member_id: &str,
-        instance: Option<&str>,
-        generation_id: i32,
-    ) -> CoreResult<()> {
+    pub fn check_commit(&self, member_id: &str, instance: Option<&str>, generation_id: i32) -> CoreResult<()> {
         if generation_id < 0 && member_id.is_empty() && self.state == GroupState::Empty {
             return Ok(());
         }
         if self.state == GroupState::Empty {
-            return Err(if member_id.is_empty() {
-                CoreError::IllegalGeneration
-            } else {
-                CoreError::UnknownMemberId
-            });
+            return Err(if member_id.is_empty() { CoreError::IllegalGeneration } else { CoreError::UnknownMemberId });
         }
         self.check_member(member_id, instance, generation_id)?;
         if self.state == GroupState::CompletingRebalance {
@@ -752,12 +634,7 @@ impl Group {
             assert!(self.members.is_empty(), "an empty group has no members");
         }
         for (instance, id) in &self.static_members {
-            assert_eq!(
-                self.members
-                    .get(id)
-                    .and_then(|m| m.group_instance_id.as_deref()),
-                Some(instance.as_str())
-            );
+            assert_eq!(self.members.get(id).and_then(|m| m.group_instance_id.as_deref()), Some(instance.as_str()));
         }
     }
 }
@@ -782,15 +659,10 @@ mod tests {
 
     /// Joins a new dynamic member the v4+ way (learn the id, rejoin with it). Returns its id.
     fn join_new(g: &mut Group, now: Instant, replies: &mut Vec<Reply>) -> String {
-        let JoinAction::Done(Err(CoreError::MemberIdRequired(id))) =
-            g.join(request("", None), now, 7, replies)
-        else {
+        let JoinAction::Done(Err(CoreError::MemberIdRequired(id))) = g.join(request("", None), now, 7, replies) else {
             panic!("a new member must learn its id first")
         };
-        assert!(matches!(
-            g.join(request(&id, None), now, 7, replies),
-            JoinAction::Parked { .. }
-        ));
+        assert!(matches!(g.join(request(&id, None), now, 7, replies), JoinAction::Parked { .. }));
         id
     }
 
@@ -815,23 +687,14 @@ mod tests {
         replies.clear();
         let assignment = vec![(id.clone(), Bytes::from_static(b"all"))];
         let answer = g.sync(&id, None, 1, assignment, now, &mut replies);
-        assert!(
-            answer.is_none(),
-            "the leader's sync is answered through a reply"
-        );
+        assert!(answer.is_none(), "the leader's sync is answered through a reply");
         assert!(
             matches!(&replies[..], [Reply::Sync(m, Ok(o))] if *m == id && o.assignment == Bytes::from_static(b"all"))
         );
         assert_eq!(g.state, GroupState::Stable);
         assert_eq!(g.heartbeat(&id, None, 1, now), Ok(()));
-        assert_eq!(
-            g.heartbeat(&id, None, 0, now),
-            Err(CoreError::IllegalGeneration)
-        );
-        assert_eq!(
-            g.heartbeat("stranger", None, 1, now),
-            Err(CoreError::UnknownMemberId)
-        );
+        assert_eq!(g.heartbeat(&id, None, 0, now), Err(CoreError::IllegalGeneration));
+        assert_eq!(g.heartbeat("stranger", None, 1, now), Err(CoreError::UnknownMemberId));
         g.check_invariants();
     }
 
@@ -845,32 +708,16 @@ mod tests {
         replies.clear();
         let b = join_new(&mut g, now, &mut replies);
         assert_eq!(g.state, GroupState::PreparingRebalance);
-        assert!(
-            joined(&replies).is_empty(),
-            "the join waits for the old member"
-        );
-        assert_eq!(
-            g.heartbeat(&a, None, 1, now),
-            Err(CoreError::RebalanceInProgress)
-        );
-        assert_eq!(
-            g.check_commit(&a, None, 1),
-            Ok(()),
-            "commits of the old generation are allowed while preparing"
-        );
+        assert!(joined(&replies).is_empty(), "the join waits for the old member");
+        assert_eq!(g.heartbeat(&a, None, 1, now), Err(CoreError::RebalanceInProgress));
+        assert_eq!(g.check_commit(&a, None, 1), Ok(()), "commits of the old generation are allowed while preparing");
         g.join(request(&a, None), now, 7, &mut replies);
         let mut done = joined(&replies);
         done.sort();
         let mut expected = vec![(a.clone(), 2, a.clone()), (b.clone(), 2, a.clone())];
         expected.sort();
-        assert_eq!(
-            done, expected,
-            "both join generation 2 with the old leader kept"
-        );
-        assert_eq!(
-            g.check_commit(&b, None, 2),
-            Err(CoreError::RebalanceInProgress)
-        );
+        assert_eq!(done, expected, "both join generation 2 with the old leader kept");
+        assert_eq!(g.check_commit(&b, None, 2), Err(CoreError::RebalanceInProgress));
         g.check_invariants();
     }
 
@@ -887,10 +734,7 @@ mod tests {
         replies.clear();
         for s in [5, 10, 15, 20, 25] {
             let at = t0 + Duration::from_secs(s);
-            assert_eq!(
-                g.heartbeat(&a, None, 1, at),
-                Err(CoreError::RebalanceInProgress)
-            );
+            assert_eq!(g.heartbeat(&a, None, 1, at), Err(CoreError::RebalanceInProgress));
             g.tick(at, &mut replies);
         }
         g.tick(t0 + Duration::from_millis(29_999), &mut replies);
@@ -913,58 +757,27 @@ mod tests {
         let now = Instant::now();
         let mut g = Group::new("g".into(), 0);
         let mut replies = Vec::new();
-        let JoinAction::Parked { member_id: old } =
-            g.join(request("", Some("pod-0")), now, 1, &mut replies)
-        else {
+        let JoinAction::Parked { member_id: old } = g.join(request("", Some("pod-0")), now, 1, &mut replies) else {
             panic!("static members join without learning an id first")
         };
-        g.sync(
-            &old,
-            Some("pod-0"),
-            1,
-            vec![(old.clone(), Bytes::from_static(b"p0"))],
-            now,
-            &mut replies,
-        );
+        g.sync(&old, Some("pod-0"), 1, vec![(old.clone(), Bytes::from_static(b"p0"))], now, &mut replies);
         assert_eq!(g.state, GroupState::Stable);
-        let JoinAction::Done(Ok(outcome)) =
-            g.join(request("", Some("pod-0")), now, 2, &mut replies)
-        else {
+        let JoinAction::Done(Ok(outcome)) = g.join(request("", Some("pod-0")), now, 2, &mut replies) else {
             panic!("an unchanged static member rejoins without a rebalance")
         };
         assert_eq!(g.state, GroupState::Stable);
         assert_eq!(outcome.generation_id, 1);
         assert_ne!(outcome.member_id, old);
-        assert_eq!(
-            g.heartbeat(&old, Some("pod-0"), 1, now),
-            Err(CoreError::FencedInstanceId)
-        );
-        assert_eq!(
-            g.heartbeat(&outcome.member_id, Some("pod-0"), 1, now),
-            Ok(())
-        );
-        let answer = g.sync(
-            &outcome.member_id,
-            Some("pod-0"),
-            1,
-            vec![],
-            now,
-            &mut replies,
-        );
+        assert_eq!(g.heartbeat(&old, Some("pod-0"), 1, now), Err(CoreError::FencedInstanceId));
+        assert_eq!(g.heartbeat(&outcome.member_id, Some("pod-0"), 1, now), Ok(()));
+        let answer = g.sync(&outcome.member_id, Some("pod-0"), 1, vec![], now, &mut replies);
         assert!(
             matches!(answer, Some(Ok(o)) if o.assignment == Bytes::from_static(b"p0")),
             "the assignment carries over"
         );
         assert_eq!(g.leave("", Some("pod-0"), now, &mut replies), Ok(()));
-        assert_eq!(
-            g.state,
-            GroupState::Empty,
-            "the last member leaving empties the group"
-        );
-        assert_eq!(
-            g.heartbeat(&outcome.member_id, Some("pod-0"), 1, now),
-            Err(CoreError::UnknownMemberId)
-        );
+        assert_eq!(g.state, GroupState::Empty, "the last member leaving empties the group");
+        assert_eq!(g.heartbeat(&outcome.member_id, Some("pod-0"), 1, now), Err(CoreError::UnknownMemberId));
         g.check_invariants();
     }
 
@@ -976,11 +789,7 @@ mod tests {
         let a = join_new(&mut g, t0, &mut replies);
         let b = join_new(&mut g, t0 + Duration::from_millis(1000), &mut replies);
         assert!(joined(&replies).is_empty());
-        assert_eq!(
-            g.next_deadline(),
-            Some(t0 + Duration::from_millis(4000)),
-            "a newcomer extends the delay"
-        );
+        assert_eq!(g.next_deadline(), Some(t0 + Duration::from_millis(4000)), "a newcomer extends the delay");
         g.tick(t0 + Duration::from_millis(3000), &mut replies);
         assert!(joined(&replies).is_empty());
         g.tick(t0 + Duration::from_millis(4000), &mut replies);
@@ -1007,10 +816,7 @@ mod tests {
             g.join(other, now, 1, &mut replies),
             JoinAction::Done(Err(CoreError::InconsistentGroupProtocol))
         ));
-        assert!(transition_valid(
-            GroupState::Stable,
-            GroupState::PreparingRebalance
-        ));
+        assert!(transition_valid(GroupState::Stable, GroupState::PreparingRebalance));
         assert!(!transition_valid(GroupState::Empty, GroupState::Stable));
     }
 }

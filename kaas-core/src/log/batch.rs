@@ -243,15 +243,9 @@ pub mod tests {
     fn wrong_magic_and_truncation_are_refused() {
         let mut batch = make_batch(0, 1, 5).to_vec();
         batch[16] = 1;
-        assert_eq!(
-            split_produced(&Bytes::from(batch)),
-            Err(BatchError::UnsupportedMagic)
-        );
+        assert_eq!(split_produced(&Bytes::from(batch)), Err(BatchError::UnsupportedMagic));
         let batch = make_batch(0, 1, 5);
-        assert_eq!(
-            split_produced(&batch.slice(..batch.len() - 1)),
-            Err(BatchError::Corrupt)
-        );
+        assert_eq!(split_produced(&batch.slice(..batch.len() - 1)), Err(BatchError::Corrupt));
         assert_eq!(split_produced(&Bytes::new()), Err(BatchError::Corrupt));
     }
 

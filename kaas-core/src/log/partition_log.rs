@@ -89,12 +89,7 @@ impl<V: Volume> PartitionLog<V> {
     /// tail is cut, every synced batch is kept, and the high watermark is the recovered end.
     pub async fn open(volume: V, dir: &str, config: LogConfig) -> Result<Self, LogError> {
         volume.create_dir_all(dir).await?;
-        let mut bases: Vec<i64> = volume
-            .list(dir)
-            .await?
-            .iter()
-            .filter_map(|n| segment::parse_log_name(n))
-            .collect();
+        let mut bases: Vec<i64> = volume.list(dir).await?.iter().filter_map(|n| segment::parse_log_name(n)).collect();
         bases.sort_unstable();
         let persisted_start = read_state(&volume, dir).await?;
         if bases.is_empty() {
@@ -118,13 +113,7 @@ impl<V: Volume> PartitionLog<V> {
                             scan.file_len
                         )));
                     }
-                    tracing::warn!(
-                        dir,
-                        base,
-                        valid = scan.valid_len,
-                        len = scan.file_len,
-                        "cutting torn log tail"
-                    );
+                    tracing::warn!(dir, base, valid = scan.valid_len, len = scan.file_len, "cutting torn log tail");
                     seg.file.truncate(scan.valid_len).await?;
                 }
             }
@@ -145,10 +134,7 @@ impl<V: Volume> PartitionLog<V> {
         active.durable_len = active.size();
         let log_end_offset = active.next_offset;
         let first_base = segments[0].base_offset;
-        let log_start_offset = persisted_start
-            .unwrap_or(first_base)
-            .max(first_base)
-            .min(log_end_offset);
+        let log_start_offset = persisted_start.unwrap_or(first_base).max(first_base).min(log_end_offset);
         let log = PartitionLog {
             volume,
             dir: dir.to_string(),
@@ -190,20 +176,13 @@ impl<V: Volume> PartitionLog<V> {
     pub async fn append(&mut self, header: &BatchHeader, data: Bytes) -> Result<i64, LogError> {
         let base_offset = self.log_end_offset();
         let data = super::batch::with_base_offset(&data, base_offset);
-        let header = BatchHeader {
-            base_offset,
-            ..*header
-        };
+        let header = BatchHeader { base_offset, ..*header };
         let active = self.active();
         if active.size() > 0 && active.size() + data.len() as u64 > self.config.segment_bytes {
             self.roll().await?;
         }
         let interval = self.config.index_interval_bytes;
-        self.segments
-            .last_mut()
-            .expect("active")
-            .append(&header, data, interval)
-            .await?;
+        self.segments.last_mut().expect("active").append(&header, data, interval).await?;
         Ok(base_offset)
     }
 
@@ -241,10 +220,7 @@ impl<V: Volume> PartitionLog<V> {
         if offset == self.high_watermark {
             return Ok(ReadResult::default());
         }
-        let mut at = self
-            .segments
-            .partition_point(|s| s.base_offset <= offset)
-            .saturating_sub(1);
+        let mut at = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
         loop {
             let seg = &self.segments[at];
             let limit = seg.durable_len;
@@ -272,20 +248,12 @@ impl<V: Volume> PartitionLog<V> {
 
     /// The largest timestamp in the log and the base offset of its batch (ListOffsets -3).
     pub fn max_timestamp(&self) -> i64 {
-        self.segments
-            .iter()
-            .map(|s| s.max_timestamp)
-            .max()
-            .unwrap_or(-1)
+        self.segments.iter().map(|s| s.max_timestamp).max().unwrap_or(-1)
     }
 
     /// Moves the log start offset forward (DeleteRecords). `offset` -1 means the high watermark.
     pub async fn delete_records(&mut self, offset: i64) -> Result<i64, LogError> {
-        let offset = if offset == -1 {
-            self.high_watermark
-        } else {
-            offset
-        };
+        let offset = if offset == -1 { self.high_watermark } else { offset };
         if offset < 0 || offset > self.high_watermark {
             return Err(LogError::OffsetOutOfRange);
         }
@@ -297,18 +265,10 @@ impl<V: Volume> PartitionLog<V> {
     }
 
     async fn set_log_start_offset(&mut self, offset: i64) -> Result<(), LogError> {
-        assert!(
-            offset >= self.log_start_offset,
-            "the log start offset only moves forward"
-        );
-        let state = PartitionState {
-            format_version: PARTITION_STATE_VERSION,
-            log_start_offset: offset,
-        };
+        assert!(offset >= self.log_start_offset, "the log start offset only moves forward");
+        let state = PartitionState { format_version: PARTITION_STATE_VERSION, log_start_offset: offset };
         let raw = serde_json::to_vec(&state).expect("serialisable");
-        self.volume
-            .write_atomic(&join(&self.dir, PARTITION_STATE_FILE), Bytes::from(raw))
-            .await?;
+        self.volume.write_atomic(&join(&self.dir, PARTITION_STATE_FILE), Bytes::from(raw)).await?;
         self.log_start_offset = offset;
         Ok(())
     }
@@ -322,17 +282,10 @@ impl<V: Volume> PartitionLog<V> {
     }
 
     async fn remove_oldest_segment(&mut self) -> Result<(), LogError> {
-        assert!(
-            self.segments.len() > 1,
-            "the active segment is never removed"
-        );
+        assert!(self.segments.len() > 1, "the active segment is never removed");
         let seg = self.segments.remove(0);
-        self.volume
-            .remove_file(&join(&self.dir, &segment::log_name(seg.base_offset)))
-            .await?;
-        self.volume
-            .remove_file(&join(&self.dir, &segment::index_name(seg.base_offset)))
-            .await?;
+        self.volume.remove_file(&join(&self.dir, &segment::log_name(seg.base_offset))).await?;
+        self.volume.remove_file(&join(&self.dir, &segment::index_name(seg.base_offset))).await?;
         Ok(())
     }
 
@@ -348,8 +301,7 @@ impl<V: Volume> PartitionLog<V> {
                 && oldest.max_timestamp >= 0
                 && now_ms - oldest.max_timestamp > self.config.retention_ms;
             let oversize = self.config.retention_bytes >= 0
-                && self.size_bytes().saturating_sub(oldest.size())
-                    >= self.config.retention_bytes as u64;
+                && self.size_bytes().saturating_sub(oldest.size()) >= self.config.retention_bytes as u64;
             if !expired && !oversize {
                 break;
             }
@@ -371,11 +323,7 @@ impl<V: Volume> PartitionLog<V> {
             self.high_watermark
         );
         assert!(self.high_watermark <= self.log_end_offset());
-        debug_assert!(
-            self.segments
-                .windows(2)
-                .all(|w| w[0].next_offset == w[1].base_offset)
-        );
+        debug_assert!(self.segments.windows(2).all(|w| w[0].next_offset == w[1].base_offset));
     }
 }
 
@@ -383,8 +331,8 @@ async fn read_state<V: Volume>(volume: &V, dir: &str) -> Result<Option<i64>, Log
     let Some(raw) = volume.read(&join(dir, PARTITION_STATE_FILE)).await? else {
         return Ok(None);
     };
-    let state: PartitionState = serde_json::from_slice(&raw)
-        .map_err(|e| LogError::Corrupt(format!("{dir}/{PARTITION_STATE_FILE}: {e}")))?;
+    let state: PartitionState =
+        serde_json::from_slice(&raw).map_err(|e| LogError::Corrupt(format!("{dir}/{PARTITION_STATE_FILE}: {e}")))?;
     if state.format_version != PARTITION_STATE_VERSION {
         return Err(LogError::Corrupt(format!(
             "{dir}/{PARTITION_STATE_FILE}: unknown format version {}",
@@ -401,8 +349,7 @@ async fn read_batches<F: VolumeFile>(
     max_bytes: usize,
 ) -> Result<ReadResult, LogError> {
     let first = seg.file.read_at(position, HEADER_LEN).await?;
-    let header = BatchHeader::parse(&first)
-        .map_err(|_| LogError::Corrupt(format!("batch header at {position}")))?;
+    let header = BatchHeader::parse(&first).map_err(|_| LogError::Corrupt(format!("batch header at {position}")))?;
     let available = (limit - position) as usize;
     let len = max_bytes.max(header.total_len()).min(available);
     let data = seg.file.read_at(position, len).await?;
@@ -417,13 +364,8 @@ async fn read_batches<F: VolumeFile>(
         }
         end += h.total_len();
     }
-    assert!(
-        end > 0 || data.len() < header.total_len(),
-        "the first batch is always returned whole"
-    );
-    Ok(ReadResult {
-        records: data.slice(..end),
-    })
+    assert!(end > 0 || data.len() < header.total_len(), "the first batch is always returned whole");
+    Ok(ReadResult { records: data.slice(..end) })
 }
 
 #[cfg(test)]
@@ -434,8 +376,7 @@ mod tests {
     use crate::log::batch::{self, tests::make_batch};
 
     fn scratch() -> RealVolume {
-        let dir =
-            std::env::temp_dir().join(format!("kaas-log-test-{:x}", RealRng::default().next_u64()));
+        let dir = std::env::temp_dir().join(format!("kaas-log-test-{:x}", RealRng::default().next_u64()));
         RealVolume::new(dir)
     }
 
@@ -446,19 +387,13 @@ mod tests {
     }
 
     fn small() -> LogConfig {
-        LogConfig {
-            segment_bytes: 300,
-            index_interval_bytes: 100,
-            ..LogConfig::default()
-        }
+        LogConfig { segment_bytes: 300, index_interval_bytes: 100, ..LogConfig::default() }
     }
 
     #[tokio::test]
     async fn appends_are_invisible_until_synced_and_survive_reopen() {
         let volume = scratch();
-        let mut log = PartitionLog::open(volume.clone(), "t-0", small())
-            .await
-            .unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
         for i in 0..20 {
             assert_eq!(append(&mut log, 3, 1000 + i).await, i * 3);
         }
@@ -468,41 +403,25 @@ mod tests {
         assert!(log.read(hwm, 1 << 20).await.unwrap().records.is_empty());
         log.sync().await.unwrap();
         assert_eq!(log.high_watermark(), 60);
-        let segments = volume
-            .list("t-0")
-            .await
-            .unwrap()
-            .iter()
-            .filter(|n| n.ends_with(".log"))
-            .count();
+        let segments = volume.list("t-0").await.unwrap().iter().filter(|n| n.ends_with(".log")).count();
         assert!(segments > 3, "small segments roll: {segments}");
         drop(log);
-        let log = PartitionLog::open(volume.clone(), "t-0", small())
-            .await
-            .unwrap();
+        let log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
         assert_eq!(log.high_watermark(), 60);
         for offset in [0, 1, 29, 31, 59] {
             let read = log.read(offset, 1).await.unwrap();
             let header = batch::check(&read.records).unwrap();
-            assert!(
-                header.base_offset <= offset && offset <= header.last_offset(),
-                "offset {offset}"
-            );
+            assert!(header.base_offset <= offset && offset <= header.last_offset(), "offset {offset}");
         }
         assert_eq!(log.offset_for_time(1010).await.unwrap(), Some(30));
         assert_eq!(log.offset_for_time(5000).await.unwrap(), None);
-        assert!(matches!(
-            log.read(61, 100).await,
-            Err(LogError::OffsetOutOfRange)
-        ));
+        assert!(matches!(log.read(61, 100).await, Err(LogError::OffsetOutOfRange)));
     }
 
     #[tokio::test]
     async fn a_torn_tail_is_cut_and_synced_batches_are_kept() {
         let volume = scratch();
-        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default())
-            .await
-            .unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await.unwrap();
         append(&mut log, 2, 1).await;
         append(&mut log, 2, 2).await;
         log.sync().await.unwrap();
@@ -511,9 +430,7 @@ mod tests {
         let file = volume.open("t-0/00000000000000000000.log").await.unwrap();
         let torn = make_batch(4, 5, 3);
         file.append(torn.slice(..torn.len() / 2)).await.unwrap();
-        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default())
-            .await
-            .unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await.unwrap();
         assert_eq!(log.high_watermark(), 4);
         assert_eq!(append(&mut log, 1, 4).await, 4);
         log.sync().await.unwrap();
@@ -523,31 +440,18 @@ mod tests {
     #[tokio::test]
     async fn delete_records_and_retention_move_the_log_start() {
         let volume = scratch();
-        let mut log = PartitionLog::open(volume.clone(), "t-0", small())
-            .await
-            .unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
         for i in 0..20 {
             append(&mut log, 3, 1000 + i).await;
         }
         log.sync().await.unwrap();
         assert_eq!(log.delete_records(31).await.unwrap(), 31);
-        assert!(matches!(
-            log.read(30, 10).await,
-            Err(LogError::OffsetOutOfRange)
-        ));
-        assert!(matches!(
-            log.delete_records(61).await,
-            Err(LogError::OffsetOutOfRange)
-        ));
+        assert!(matches!(log.read(30, 10).await, Err(LogError::OffsetOutOfRange)));
+        assert!(matches!(log.delete_records(61).await, Err(LogError::OffsetOutOfRange)));
         drop(log);
-        let mut log = PartitionLog::open(volume.clone(), "t-0", small())
-            .await
-            .unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
         assert_eq!(log.log_start_offset(), 31);
-        log.set_config(LogConfig {
-            retention_ms: 100,
-            ..small()
-        });
+        log.set_config(LogConfig { retention_ms: 100, ..small() });
         log.enforce_retention(1125).await.unwrap();
         assert!(log.log_start_offset() > 31);
         assert_eq!(log.high_watermark(), 60);

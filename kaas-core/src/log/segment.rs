@@ -94,16 +94,8 @@ impl<F: VolumeFile> Segment<F> {
     }
 
     /// Appends one batch whose base offset is already assigned.
-    pub async fn append(
-        &mut self,
-        header: &BatchHeader,
-        data: Bytes,
-        index_interval_bytes: u64,
-    ) -> io::Result<()> {
-        assert_eq!(
-            header.base_offset, self.next_offset,
-            "batches are appended in offset order"
-        );
+    pub async fn append(&mut self, header: &BatchHeader, data: Bytes, index_interval_bytes: u64) -> io::Result<()> {
+        assert_eq!(header.base_offset, self.next_offset, "batches are appended in offset order");
         assert_eq!(header.total_len(), data.len());
         let len = data.len() as u64;
         let position = self.file.append(data).await?;
@@ -111,20 +103,10 @@ impl<F: VolumeFile> Segment<F> {
         Ok(())
     }
 
-    fn note_batch(
-        &mut self,
-        header: &BatchHeader,
-        position: u64,
-        len: u64,
-        index_interval_bytes: u64,
-    ) {
+    fn note_batch(&mut self, header: &BatchHeader, position: u64, len: u64, index_interval_bytes: u64) {
         self.max_timestamp = self.max_timestamp.max(header.max_timestamp);
         if self.index.is_empty() || self.bytes_since_index_entry >= index_interval_bytes {
-            self.index.push(IndexEntry {
-                offset: header.base_offset,
-                position,
-                max_timestamp: self.max_timestamp,
-            });
+            self.index.push(IndexEntry { offset: header.base_offset, position, max_timestamp: self.max_timestamp });
             self.bytes_since_index_entry = 0;
         }
         self.bytes_since_index_entry += len;
@@ -155,9 +137,7 @@ impl<F: VolumeFile> Segment<F> {
                 if position + need as u64 > file_len {
                     break; // a torn tail
                 }
-                let read = need
-                    .max(SCAN_CHUNK_BYTES)
-                    .min((file_len - position) as usize);
+                let read = need.max(SCAN_CHUNK_BYTES).min((file_len - position) as usize);
                 let data = self.file.read_at(position, read).await?;
                 if data.len() < need {
                     break; // the file is shorter than its length said: treat as torn
@@ -177,10 +157,7 @@ impl<F: VolumeFile> Segment<F> {
             position += len;
         }
         self.durable_len = position;
-        Ok(ScanOutcome {
-            valid_len: position,
-            file_len,
-        })
+        Ok(ScanOutcome { valid_len: position, file_len })
     }
 
     /// The position of the batch containing `offset`, or the end of the valid data if no batch
@@ -188,11 +165,7 @@ impl<F: VolumeFile> Segment<F> {
     pub async fn position_of(&self, offset: i64, limit: u64) -> io::Result<u64> {
         debug_assert!(offset >= self.base_offset);
         let at = self.index.partition_point(|e| e.offset <= offset);
-        let mut position = if at == 0 {
-            0
-        } else {
-            self.index[at - 1].position
-        };
+        let mut position = if at == 0 { 0 } else { self.index[at - 1].position };
         while position < limit {
             let raw = self.file.read_at(position, HEADER_LEN).await?;
             let header = BatchHeader::parse(&raw).map_err(|_| corrupt(position))?;
@@ -211,11 +184,7 @@ impl<F: VolumeFile> Segment<F> {
         }
         // Start from the last index entry whose running max is still below the target.
         let at = self.index.partition_point(|e| e.max_timestamp < timestamp);
-        let mut position = if at == 0 {
-            0
-        } else {
-            self.index[at - 1].position
-        };
+        let mut position = if at == 0 { 0 } else { self.index[at - 1].position };
         while position < limit {
             let raw = self.file.read_at(position, HEADER_LEN).await?;
             let header = BatchHeader::parse(&raw).map_err(|_| corrupt(position))?;
@@ -249,9 +218,7 @@ impl<F: VolumeFile> Segment<F> {
         let Some(decoded) = decode_index(raw) else {
             return false;
         };
-        if decoded.size != self.size()
-            || decoded.entries.first().map(|e| e.offset) != Some(self.base_offset)
-        {
+        if decoded.size != self.size() || decoded.entries.first().map(|e| e.offset) != Some(self.base_offset) {
             return false;
         }
         self.index = decoded.entries;
@@ -291,30 +258,16 @@ fn decode_index(raw: &[u8]) -> Option<DecodedIndex> {
     }
     let mut entries = Vec::with_capacity(count);
     for _ in 0..count {
-        entries.push(IndexEntry {
-            offset: b.get_i64(),
-            position: b.get_u64(),
-            max_timestamp: b.get_i64(),
-        });
+        entries.push(IndexEntry { offset: b.get_i64(), position: b.get_u64(), max_timestamp: b.get_i64() });
     }
-    Some(DecodedIndex {
-        size,
-        next_offset,
-        max_timestamp,
-        entries,
-    })
+    Some(DecodedIndex { size, next_offset, max_timestamp, entries })
 }
 
 fn corrupt(position: u64) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("corrupt batch header at position {position}"),
-    )
+    io::Error::new(io::ErrorKind::InvalidData, format!("corrupt batch header at position {position}"))
 }
 
 /// Opens (creating if needed) the segment file `name` in `dir`.
 pub async fn open_file<V: Volume>(volume: &V, dir: &str, base_offset: i64) -> io::Result<V::File> {
-    volume
-        .open(&crate::env::join(dir, &log_name(base_offset)))
-        .await
+    volume.open(&crate::env::join(dir, &log_name(base_offset))).await
 }

@@ -13,10 +13,7 @@ fn api_keys() -> Vec<ApiVersion> {
     SUPPORTED
         .iter()
         .map(|&(key, min, max)| {
-            ApiVersion::default()
-                .with_api_key(key as i16)
-                .with_min_version(min)
-                .with_max_version(max)
+            ApiVersion::default().with_api_key(key as i16).with_min_version(min).with_max_version(max)
         })
         .collect()
 }

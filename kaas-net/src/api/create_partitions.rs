@@ -15,17 +15,11 @@ pub async fn handle<E: Env>(
 ) -> CreatePartitionsResponse {
     let mut results = Vec::new();
     for t in request.topics {
-        let outcome = ctx
-            .broker
-            .topics
-            .create_partitions(t.name.0.to_string(), t.count, request.validate_only)
-            .await;
+        let outcome = ctx.broker.topics.create_partitions(t.name.0.to_string(), t.count, request.validate_only).await;
         let result = CreatePartitionsTopicResult::default().with_name(t.name);
         results.push(match outcome {
             Ok(()) => result,
-            Err(e) => result
-                .with_error_code(error::code(&e))
-                .with_error_message(error::message(&e).map(|m| text(&m))),
+            Err(e) => result.with_error_code(error::code(&e)).with_error_message(error::message(&e).map(|m| text(&m))),
         });
     }
     CreatePartitionsResponse::default().with_results(results)

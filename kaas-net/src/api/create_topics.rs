@@ -36,13 +36,8 @@ pub async fn handle<E: Env>(
         } else {
             t.replication_factor
         };
-        let create = CreateTopic {
-            name,
-            partitions,
-            replication_factor,
-            configs,
-            validate_only: request.validate_only,
-        };
+        let create =
+            CreateTopic { name, partitions, replication_factor, configs, validate_only: request.validate_only };
         let result = match ctx.broker.topics.create(create).await {
             Ok(meta) => CreatableTopicResult::default()
                 .with_name(t.name)

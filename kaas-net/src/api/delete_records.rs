@@ -2,9 +2,7 @@
 
 use kaas_core::env::Env;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::delete_records_response::{
-    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
-};
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse, RequestHeader};
 
 use crate::connection::Context;
@@ -20,26 +18,17 @@ pub async fn handle<E: Env>(
     for t in request.topics {
         let mut partitions = Vec::new();
         for p in t.partitions {
-            let result =
-                DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+            let result = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
             let result = match snapshot.partition(&t.name.0, p.partition_index) {
-                None => result
-                    .with_low_watermark(-1)
-                    .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                None => result.with_low_watermark(-1).with_error_code(ResponseError::UnknownTopicOrPartition.code()),
                 Some(partition) => match partition.delete_records(p.offset).await {
                     Ok(low) => result.with_low_watermark(low),
-                    Err(e) => result
-                        .with_low_watermark(-1)
-                        .with_error_code(error::code(&e)),
+                    Err(e) => result.with_low_watermark(-1).with_error_code(error::code(&e)),
                 },
             };
             partitions.push(result);
         }
-        topics.push(
-            DeleteRecordsTopicResult::default()
-                .with_name(t.name)
-                .with_partitions(partitions),
-        );
+        topics.push(DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions));
     }
     DeleteRecordsResponse::default().with_topics(topics)
 }

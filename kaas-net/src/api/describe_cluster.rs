@@ -2,9 +2,7 @@
 
 use kaas_core::env::Env;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::{
-    BrokerId, DescribeClusterRequest, DescribeClusterResponse, RequestHeader,
-};
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse, RequestHeader};
 
 use super::text;
 use crate::connection::Context;

@@ -24,8 +24,7 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
     let topics = ctx.broker.topics.clone();
     Answer::Later(Box::pin(async move {
         if request.session_id != 0 || request.session_epoch > 0 {
-            let response = FetchResponse::default()
-                .with_error_code(ResponseError::FetchSessionIdNotFound.code());
+            let response = FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
             return encode(ApiKey::Fetch, &header, &response);
         }
         let max_wait = Duration::from_millis(request.max_wait_ms.clamp(0, MAX_WAIT_MS_MAX) as u64);
@@ -33,13 +32,9 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
         let mut data_version = topics.data_version.clone();
         loop {
             data_version.borrow_and_update();
-            let (response, bytes) =
-                read_once(&topics.snapshot(), &request, header.request_api_version).await;
+            let (response, bytes) = read_once(&topics.snapshot(), &request, header.request_api_version).await;
             let waited_enough = Instant::now() >= deadline;
-            if bytes >= request.min_bytes.max(0) as usize
-                || waited_enough
-                || bytes > 0 && request.min_bytes <= 1
-            {
+            if bytes >= request.min_bytes.max(0) as usize || waited_enough || bytes > 0 && request.min_bytes <= 1 {
                 return encode(ApiKey::Fetch, &header, &response);
             }
             tokio::select! {
@@ -54,11 +49,7 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
 }
 
 /// One pass over the requested partitions; returns the response and the record bytes in it.
-async fn read_once(
-    snapshot: &Arc<MetadataSnapshot>,
-    request: &FetchRequest,
-    version: i16,
-) -> (FetchResponse, usize) {
+async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, version: i16) -> (FetchResponse, usize) {
     let mut remaining = request.max_bytes.max(0) as usize;
     let mut total = 0usize;
     let mut responses = Vec::new();
@@ -81,8 +72,7 @@ async fn read_once(
                 continue;
             };
             let Some(partition) = snapshot.partition(name, p.partition) else {
-                partitions
-                    .push(data.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+                partitions.push(data.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
                 continue;
             };
             let marks = partition.watermarks();
@@ -104,14 +94,8 @@ async fn read_once(
                 Err(e) => partitions.push(data.with_error_code(error::code(&e))),
             }
         }
-        let response = FetchableTopicResponse::default()
-            .with_topic_id(t.topic_id)
-            .with_partitions(partitions);
-        let response = if version < 13 {
-            response.with_topic(topic(&t.topic.0))
-        } else {
-            response
-        };
+        let response = FetchableTopicResponse::default().with_topic_id(t.topic_id).with_partitions(partitions);
+        let response = if version < 13 { response.with_topic(topic(&t.topic.0)) } else { response };
         responses.push(response);
     }
     (FetchResponse::default().with_responses(responses), total)

@@ -4,9 +4,7 @@
 use kaas_core::env::Env;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::{
-    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader,
-};
+use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader};
 
 use super::text;
 use crate::connection::Context;
@@ -21,11 +19,7 @@ pub async fn handle<E: Env>(
 ) -> FindCoordinatorResponse {
     let config = &ctx.broker.config;
     let valid_type = request.key_type == GROUP || request.key_type == TRANSACTION;
-    let error_code = if valid_type {
-        0
-    } else {
-        ResponseError::InvalidRequest.code()
-    };
+    let error_code = if valid_type { 0 } else { ResponseError::InvalidRequest.code() };
     if header.request_api_version >= 4 {
         let coordinators = request
             .coordinator_keys

@@ -19,11 +19,7 @@ use crate::connection::{Answer, Context};
 use crate::error;
 
 fn client_id(header: &RequestHeader) -> String {
-    header
-        .client_id
-        .as_ref()
-        .map(|c| c.to_string())
-        .unwrap_or_default()
+    header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default()
 }
 
 fn host_of(peer: &str) -> String {
@@ -36,11 +32,7 @@ fn host_of(peer: &str) -> String {
 pub fn join<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: JoinGroupRequest) -> Answer {
     let version = header.request_api_version;
     let groups = ctx.broker.groups.clone();
-    let rebalance_timeout_ms = if version == 0 {
-        request.session_timeout_ms
-    } else {
-        request.rebalance_timeout_ms
-    };
+    let rebalance_timeout_ms = if version == 0 { request.session_timeout_ms } else { request.rebalance_timeout_ms };
     let join = JoinRequest {
         member_id: request.member_id.to_string(),
         group_instance_id: request.group_instance_id.map(|s| s.to_string()),
@@ -49,11 +41,7 @@ pub fn join<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: JoinGroup
         session_timeout_ms: request.session_timeout_ms,
         rebalance_timeout_ms,
         protocol_type: request.protocol_type.to_string(),
-        protocols: request
-            .protocols
-            .into_iter()
-            .map(|p| (p.name.to_string(), p.metadata))
-            .collect(),
+        protocols: request.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
         require_known_member_id: version >= 4,
     };
     let group_id = request.group_id.0.to_string();
@@ -78,11 +66,7 @@ pub fn join<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: JoinGroup
                     .with_leader(text(&outcome.leader))
                     .with_member_id(text(&outcome.member_id))
                     .with_members(members);
-                if version >= 7 {
-                    response.with_protocol_type(Some(text(&outcome.protocol_type)))
-                } else {
-                    response
-                }
+                if version >= 7 { response.with_protocol_type(Some(text(&outcome.protocol_type))) } else { response }
             }
             Err(e) => {
                 let member_id = match &e {
@@ -110,11 +94,7 @@ pub fn sync<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: SyncGroup
     let groups = ctx.broker.groups.clone();
     let header = header.clone();
     Answer::Later(Box::pin(async move {
-        let assignments = request
-            .assignments
-            .into_iter()
-            .map(|a| (a.member_id.to_string(), a.assignment))
-            .collect();
+        let assignments = request.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect();
         let result = groups
             .sync(
                 request.group_id.0.to_string(),
@@ -126,17 +106,10 @@ pub fn sync<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: SyncGroup
             .await;
         let response = match result {
             Ok(outcome) => {
-                let mismatch = request
-                    .protocol_type
-                    .as_ref()
-                    .is_some_and(|t| t.as_str() != outcome.protocol_type)
-                    || request
-                        .protocol_name
-                        .as_ref()
-                        .is_some_and(|n| n.as_str() != outcome.protocol_name);
+                let mismatch = request.protocol_type.as_ref().is_some_and(|t| t.as_str() != outcome.protocol_type)
+                    || request.protocol_name.as_ref().is_some_and(|n| n.as_str() != outcome.protocol_name);
                 if version >= 5 && mismatch {
-                    SyncGroupResponse::default()
-                        .with_error_code(ResponseError::InconsistentGroupProtocol.code())
+                    SyncGroupResponse::default().with_error_code(ResponseError::InconsistentGroupProtocol.code())
                 } else {
                     let response = SyncGroupResponse::default().with_assignment(outcome.assignment);
                     if version >= 5 {
@@ -168,36 +141,20 @@ pub async fn heartbeat<E: Env>(ctx: &Context<E>, request: HeartbeatRequest) -> H
     HeartbeatResponse::default().with_error_code(error::code_of(&result))
 }
 
-pub async fn leave<E: Env>(
-    ctx: &Context<E>,
-    header: &RequestHeader,
-    request: LeaveGroupRequest,
-) -> LeaveGroupResponse {
+pub async fn leave<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: LeaveGroupRequest) -> LeaveGroupResponse {
     let batched = header.request_api_version >= 3;
     let members: Vec<(String, Option<String>)> = if batched {
         request
             .members
             .iter()
-            .map(|m| {
-                (
-                    m.member_id.to_string(),
-                    m.group_instance_id.as_ref().map(|s| s.to_string()),
-                )
-            })
+            .map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|s| s.to_string())))
             .collect()
     } else {
         vec![(request.member_id.to_string(), None)]
     };
-    match ctx
-        .broker
-        .groups
-        .leave(request.group_id.0.to_string(), members.clone())
-        .await
-    {
+    match ctx.broker.groups.leave(request.group_id.0.to_string(), members.clone()).await {
         Err(e) => LeaveGroupResponse::default().with_error_code(error::code(&e)),
-        Ok(results) if !batched => {
-            LeaveGroupResponse::default().with_error_code(error::code_of(&results[0]))
-        }
+        Ok(results) if !batched => LeaveGroupResponse::default().with_error_code(error::code_of(&results[0])),
         Ok(results) => {
             let responses = members
                 .into_iter()
@@ -214,10 +171,7 @@ pub async fn leave<E: Env>(
     }
 }
 
-pub async fn describe<E: Env>(
-    ctx: &Context<E>,
-    request: DescribeGroupsRequest,
-) -> DescribeGroupsResponse {
+pub async fn describe<E: Env>(ctx: &Context<E>, request: DescribeGroupsRequest) -> DescribeGroupsResponse {
     let ids = request.groups.iter().map(|g| g.0.to_string()).collect();
     let groups = match ctx.broker.groups.describe(ids).await {
         Ok(descriptions) => descriptions
@@ -247,36 +201,20 @@ pub async fn describe<E: Env>(
         Err(e) => request
             .groups
             .into_iter()
-            .map(|g| {
-                DescribedGroup::default()
-                    .with_group_id(g)
-                    .with_error_code(error::code(&e))
-            })
+            .map(|g| DescribedGroup::default().with_group_id(g).with_error_code(error::code(&e)))
             .collect(),
     };
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub async fn list<E: Env>(
-    ctx: &Context<E>,
-    header: &RequestHeader,
-    request: ListGroupsRequest,
-) -> ListGroupsResponse {
+pub async fn list<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: ListGroupsRequest) -> ListGroupsResponse {
     let version = header.request_api_version;
     let listing = match ctx.broker.groups.list().await {
         Ok(listing) => listing,
         Err(e) => return ListGroupsResponse::default().with_error_code(error::code(&e)),
     };
-    let states: Vec<String> = request
-        .states_filter
-        .iter()
-        .map(|s| s.to_lowercase())
-        .collect();
-    let types: Vec<String> = request
-        .types_filter
-        .iter()
-        .map(|s| s.to_lowercase())
-        .collect();
+    let states: Vec<String> = request.states_filter.iter().map(|s| s.to_lowercase()).collect();
+    let types: Vec<String> = request.types_filter.iter().map(|s| s.to_lowercase()).collect();
     let groups = listing
         .into_iter()
         .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
@@ -285,47 +223,26 @@ pub async fn list<E: Env>(
             let listed = ListedGroup::default()
                 .with_group_id(GroupId(text(&g.group_id)))
                 .with_protocol_type(text(&g.protocol_type));
-            let listed = if version >= 4 {
-                listed.with_group_state(text(g.state.name()))
-            } else {
-                listed
-            };
-            if version >= 5 {
-                listed.with_group_type(text("classic"))
-            } else {
-                listed
-            }
+            let listed = if version >= 4 { listed.with_group_state(text(g.state.name())) } else { listed };
+            if version >= 5 { listed.with_group_type(text("classic")) } else { listed }
         })
         .collect();
     ListGroupsResponse::default().with_groups(groups)
 }
 
-pub async fn delete<E: Env>(
-    ctx: &Context<E>,
-    request: DeleteGroupsRequest,
-) -> DeleteGroupsResponse {
-    let ids = request
-        .groups_names
-        .iter()
-        .map(|g| g.0.to_string())
-        .collect();
+pub async fn delete<E: Env>(ctx: &Context<E>, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let ids = request.groups_names.iter().map(|g| g.0.to_string()).collect();
     let results = match ctx.broker.groups.delete(ids).await {
         Ok(results) => results
             .into_iter()
             .map(|(id, r)| {
-                DeletableGroupResult::default()
-                    .with_group_id(GroupId(text(&id)))
-                    .with_error_code(error::code_of(&r))
+                DeletableGroupResult::default().with_group_id(GroupId(text(&id))).with_error_code(error::code_of(&r))
             })
             .collect(),
         Err(e) => request
             .groups_names
             .into_iter()
-            .map(|g| {
-                DeletableGroupResult::default()
-                    .with_group_id(g)
-                    .with_error_code(error::code(&e))
-            })
+            .map(|g| DeletableGroupResult::default().with_group_id(g).with_error_code(error::code(&e)))
             .collect(),
     };
     DeleteGroupsResponse::default().with_results(results)

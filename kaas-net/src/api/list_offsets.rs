@@ -4,9 +4,7 @@
 use kaas_core::env::Env;
 use kaas_core::partition::PartitionHandle;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::list_offsets_response::{
-    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
-};
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, RequestHeader};
 
 use crate::connection::Context;
@@ -24,11 +22,7 @@ pub async fn handle<E: Env>(
     request: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
     // The leader epoch exists from v4 on; below it the field must keep its default.
-    let leader_epoch = if header.request_api_version >= 4 {
-        0
-    } else {
-        -1
-    };
+    let leader_epoch = if header.request_api_version >= 4 { 0 } else { -1 };
     let snapshot = ctx.broker.topics.snapshot();
     let mut topics = Vec::new();
     for t in request.topics {
@@ -46,11 +40,7 @@ pub async fn handle<E: Env>(
             };
             partitions.push(response);
         }
-        topics.push(
-            ListOffsetsTopicResponse::default()
-                .with_name(t.name)
-                .with_partitions(partitions),
-        );
+        topics.push(ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(partitions));
     }
     ListOffsetsResponse::default().with_topics(topics)
 }
@@ -75,10 +65,7 @@ async fn lookup(
             Ok(_) => found(-1, -1),
             Err(e) => base.with_error_code(error::code(&e)),
         },
-        ts if ts < 0 => base
-            .with_error_code(ResponseError::InvalidRequest.code())
-            .with_offset(-1)
-            .with_timestamp(-1),
+        ts if ts < 0 => base.with_error_code(ResponseError::InvalidRequest.code()).with_offset(-1).with_timestamp(-1),
         ts => match partition.offset_for_time(ts).await {
             Ok(Some(offset)) if offset < marks.high_watermark => found(offset, ts),
             Ok(_) => found(-1, -1),

@@ -14,11 +14,7 @@ use super::{text, topic, uuid};
 use crate::connection::Context;
 use crate::error;
 
-pub async fn handle<E: Env>(
-    ctx: &Context<E>,
-    header: &RequestHeader,
-    request: MetadataRequest,
-) -> MetadataResponse {
+pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: MetadataRequest) -> MetadataResponse {
     let version = header.request_api_version;
     let broker = &ctx.broker;
     let config = &broker.config;
@@ -26,15 +22,12 @@ pub async fn handle<E: Env>(
     let requested: Option<Vec<(Option<String>, [u8; 16])>> = match request.topics {
         None => None,
         Some(list) if list.is_empty() && version == 0 => None,
-        Some(list) => Some(
-            list.into_iter()
-                .map(|t| (t.name.map(|n| n.0.to_string()), *t.topic_id.as_bytes()))
-                .collect(),
-        ),
+        Some(list) => {
+            Some(list.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), *t.topic_id.as_bytes())).collect())
+        }
     };
     // Auto-creation: v4+ says per request; older versions always allow it.
-    let allow_create =
-        config.auto_create_topics_enable && (version < 4 || request.allow_auto_topic_creation);
+    let allow_create = config.auto_create_topics_enable && (version < 4 || request.allow_auto_topic_creation);
     let mut topics = Vec::new();
     match requested {
         None => {
@@ -62,11 +55,7 @@ pub async fn handle<E: Env>(
                 let snapshot: std::sync::Arc<MetadataSnapshot> = broker.topics.snapshot();
                 match snapshot.topics.get(&name) {
                     Some(state) => topics.push(describe_topic(state, config.broker_id)),
-                    None => topics.push(missing(
-                        Some(&name),
-                        [0; 16],
-                        ResponseError::UnknownTopicOrPartition.code(),
-                    )),
+                    None => topics.push(missing(Some(&name), [0; 16], ResponseError::UnknownTopicOrPartition.code())),
                 }
             }
         }
@@ -83,10 +72,7 @@ pub async fn handle<E: Env>(
 }
 
 fn missing(name: Option<&str>, id: [u8; 16], code: i16) -> MetadataResponseTopic {
-    MetadataResponseTopic::default()
-        .with_name(name.map(topic))
-        .with_topic_id(uuid(id))
-        .with_error_code(code)
+    MetadataResponseTopic::default().with_name(name.map(topic)).with_topic_id(uuid(id)).with_error_code(code)
 }
 
 fn describe_topic(state: &TopicState, broker_id: i32) -> MetadataResponseTopic {

@@ -57,10 +57,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
 const PRODUCE_REFUSED_MAX: i16 = 2;
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
-    SUPPORTED
-        .iter()
-        .find(|(k, _, _)| *k == key)
-        .map(|&(_, min, max)| (min, max))
+    SUPPORTED.iter().find(|(k, _, _)| *k == key).map(|&(_, min, max)| (min, max))
 }
 
 /// Decodes one request frame and runs its handler. `Err` closes the connection: the frame did
@@ -75,8 +72,7 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
     let (min, max) = supported(key).ok_or_else(|| format!("unsupported api {key:?}"))?;
     let mut body = frame;
     let header_version = key.request_header_version(version.clamp(min.max(0), max));
-    let header = RequestHeader::decode(&mut body, header_version)
-        .map_err(|e| format!("bad request header: {e}"))?;
+    let header = RequestHeader::decode(&mut body, header_version).map_err(|e| format!("bad request header: {e}"))?;
     if version < min || version > max {
         return match key {
             ApiKey::ApiVersions => Ok(Answer::Now(api_versions::unsupported_version(&header))),
@@ -108,85 +104,45 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::DescribeCluster => simple!(describe_cluster),
         ApiKey::DescribeConfigs => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &configs::describe(ctx, &header, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &configs::describe(ctx, &header, request).await)))
         }
         ApiKey::IncrementalAlterConfigs => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &configs::incremental_alter(ctx, &header, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &configs::incremental_alter(ctx, &header, request).await)))
         }
         ApiKey::AlterConfigs => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &configs::alter(ctx, &header, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &configs::alter_legacy(ctx, &header, request).await)))
         }
         ApiKey::JoinGroup => Ok(groups::join(ctx, &header, decode(&mut body, version)?)),
         ApiKey::SyncGroup => Ok(groups::sync(ctx, &header, decode(&mut body, version)?)),
         ApiKey::Heartbeat => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &groups::heartbeat(ctx, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &groups::heartbeat(ctx, request).await)))
         }
         ApiKey::LeaveGroup => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &groups::leave(ctx, &header, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &groups::leave(ctx, &header, request).await)))
         }
         ApiKey::DescribeGroups => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &groups::describe(ctx, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &groups::describe(ctx, request).await)))
         }
         ApiKey::ListGroups => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &groups::list(ctx, &header, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &groups::list(ctx, &header, request).await)))
         }
         ApiKey::DeleteGroups => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &groups::delete(ctx, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &groups::delete(ctx, request).await)))
         }
         ApiKey::OffsetCommit => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &offsets::commit(ctx, &header, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &offsets::commit(ctx, &header, request).await)))
         }
         ApiKey::OffsetFetch => {
             let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(
-                key,
-                &header,
-                &offsets::fetch(ctx, &header, request).await,
-            )))
+            Ok(Answer::Now(encode(key, &header, &offsets::fetch(ctx, &header, request).await)))
         }
         _ => Err(format!("no handler for {key:?}")),
     }

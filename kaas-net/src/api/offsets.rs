@@ -5,12 +5,10 @@ use kaas_core::env::{Clock, Env};
 use kaas_core::group::{CommitRequest, CommittedOffset, TopicPartition};
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::offset_commit_response::{
-    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
-};
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{
-    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
-    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::*;
 
@@ -30,11 +28,7 @@ pub async fn commit<E: Env>(
     let mut too_large = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {
-            let metadata = p
-                .committed_metadata
-                .as_ref()
-                .map(|m| m.to_string())
-                .unwrap_or_default();
+            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
             if metadata.len() > OFFSET_METADATA_MAX_BYTES {
                 too_large.push((t.name.0.to_string(), p.partition_index));
                 continue;
@@ -80,9 +74,7 @@ pub async fn commit<E: Env>(
                         .with_error_code(code)
                 })
                 .collect();
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name)
-                .with_partitions(partitions)
+            OffsetCommitResponseTopic::default().with_name(t.name).with_partitions(partitions)
         })
         .collect();
     OffsetCommitResponse::default().with_topics(topics)
@@ -92,11 +84,7 @@ type Fetched = CoreResult<Vec<(TopicPartition, Option<CommittedOffset>)>>;
 /// One topic's partitions and their committed offsets (None: nothing committed).
 type TopicOffsets = (String, Vec<(i32, Option<CommittedOffset>)>);
 
-async fn fetch_group<E: Env>(
-    ctx: &Context<E>,
-    group_id: &str,
-    wanted: Option<Vec<TopicPartition>>,
-) -> Fetched {
+async fn fetch_group<E: Env>(ctx: &Context<E>, group_id: &str, wanted: Option<Vec<TopicPartition>>) -> Fetched {
     if group_id.is_empty() {
         return Err(CoreError::InvalidGroupId);
     }
@@ -125,11 +113,7 @@ pub async fn fetch<E: Env>(
         for g in request.groups {
             let wanted = g.topics.map(|ts| {
                 ts.into_iter()
-                    .flat_map(|t| {
-                        t.partition_indexes
-                            .into_iter()
-                            .map(move |p| (t.name.0.to_string(), p))
-                    })
+                    .flat_map(|t| t.partition_indexes.into_iter().map(move |p| (t.name.0.to_string(), p)))
                     .collect()
             });
             let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
@@ -150,9 +134,7 @@ pub async fn fetch<E: Env>(
                                         .with_metadata(Some(text(&metadata)))
                                 })
                                 .collect();
-                            OffsetFetchResponseTopics::default()
-                                .with_name(topic(&name))
-                                .with_partitions(partitions)
+                            OffsetFetchResponseTopics::default().with_name(topic(&name)).with_partitions(partitions)
                         })
                         .collect();
                     group.with_topics(topics)
@@ -162,13 +144,7 @@ pub async fn fetch<E: Env>(
         return OffsetFetchResponse::default().with_groups(groups);
     }
     let wanted = request.topics.map(|ts| {
-        ts.into_iter()
-            .flat_map(|t| {
-                t.partition_indexes
-                    .into_iter()
-                    .map(move |p| (t.name.0.to_string(), p))
-            })
-            .collect()
+        ts.into_iter().flat_map(|t| t.partition_indexes.into_iter().map(move |p| (t.name.0.to_string(), p))).collect()
     });
     match fetch_group(ctx, &request.group_id.0, wanted).await {
         Err(e) => OffsetFetchResponse::default().with_error_code(error::code(&e)),
@@ -187,9 +163,7 @@ pub async fn fetch<E: Env>(
                                 .with_metadata(Some(text(&metadata)))
                         })
                         .collect();
-                    OffsetFetchResponseTopic::default()
-                        .with_name(topic(&name))
-                        .with_partitions(partitions)
+                    OffsetFetchResponseTopic::default().with_name(topic(&name)).with_partitions(partitions)
                 })
                 .collect();
             OffsetFetchResponse::default().with_topics(topics)

@@ -32,14 +32,9 @@ pub async fn handle<E: Env>(
         let mut partitions = Vec::new();
         for data in topic_data.partition_data {
             let pending = if !matches!(acks, -1..=1) {
-                Pending::Done(Err(CoreError::InvalidRequest(
-                    "acks must be -1, 0 or 1".into(),
-                )))
+                Pending::Done(Err(CoreError::InvalidRequest("acks must be -1, 0 or 1".into())))
             } else {
-                match (
-                    snapshot.partition(&topic_data.name.0, data.index),
-                    data.records,
-                ) {
+                match (snapshot.partition(&topic_data.name.0, data.index), data.records) {
                     (None, _) => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
                     (Some(_), None) => Pending::Done(Err(CoreError::CorruptMessage)),
                     (Some(partition), Some(records)) => match batch::split_produced(&records) {
@@ -70,34 +65,22 @@ pub async fn handle<E: Env>(
             for (index, pending) in partitions {
                 let result = match pending {
                     Pending::Done(result) => result,
-                    Pending::Waiting(rx) => rx
-                        .await
-                        .unwrap_or(Err(CoreError::Storage("partition stopped".into()))),
+                    Pending::Waiting(rx) => rx.await.unwrap_or(Err(CoreError::Storage("partition stopped".into()))),
                 };
                 partition_responses.push(partition_response(index, result));
             }
-            responses.push(
-                TopicProduceResponse::default()
-                    .with_name(name)
-                    .with_partition_responses(partition_responses),
-            );
+            responses
+                .push(TopicProduceResponse::default().with_name(name).with_partition_responses(partition_responses));
         }
         let response = ProduceResponse::default().with_responses(responses);
         encode(ApiKey::Produce, &header, &response)
     })))
 }
 
-fn partition_response(
-    index: i32,
-    result: CoreResult<kaas_core::partition::AppendOutcome>,
-) -> PartitionProduceResponse {
-    let base = PartitionProduceResponse::default()
-        .with_index(index)
-        .with_log_append_time_ms(-1);
+fn partition_response(index: i32, result: CoreResult<kaas_core::partition::AppendOutcome>) -> PartitionProduceResponse {
+    let base = PartitionProduceResponse::default().with_index(index).with_log_append_time_ms(-1);
     match result {
-        Ok(outcome) => base
-            .with_base_offset(outcome.base_offset)
-            .with_log_start_offset(outcome.log_start_offset),
+        Ok(outcome) => base.with_base_offset(outcome.base_offset).with_log_start_offset(outcome.log_start_offset),
         Err(e) => base
             .with_error_code(error::code(&e))
             .with_base_offset(-1)
@@ -163,9 +146,5 @@ pub fn refuse_old_version(header: &RequestHeader, body: &mut Bytes) -> Result<Re
     if version >= 1 {
         out.put_i32(0);
     }
-    Ok(if acks == 0 {
-        Response::Nothing
-    } else {
-        Response::Frame(out.freeze())
-    })
+    Ok(if acks == 0 { Response::Nothing } else { Response::Frame(out.freeze()) })
 }

@@ -14,18 +14,13 @@ pub struct Kaas {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl Kaas {
     /// Starts a broker on a fresh data dir and a free port, with extra `--set` settings.
     pub fn start(name: &str, settings: &[&str]) -> Kaas {
-        let data_dir =
-            std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
+        let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
         let mut kaas = Kaas {
             data_dir,
@@ -50,10 +45,7 @@ impl Kaas {
             .arg(self.bootstrap())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            );
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
         for s in &self.settings {
             cmd.arg("--set").arg(s);
         }
@@ -76,20 +68,14 @@ impl Kaas {
     /// SIGTERM and wait for a clean exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status()
-            .expect("kill -TERM");
+        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("kill -TERM");
         assert!(status.success());
         child.wait().expect("reap kaas")
     }
 
     /// True while the broker process has not exited.
     pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().expect("poll kaas").is_none())
+        self.child.as_mut().is_some_and(|c| c.try_wait().expect("poll kaas").is_none())
     }
 
     pub fn restart(&mut self) {

@@ -16,13 +16,7 @@ use crate::volume::SimVolume;
 pub const BROKER_PORT: u16 = 9092;
 
 /// Registers a broker host named `name` on the shared `volume`. Each boot draws its own seed.
-pub fn add_broker(
-    sim: &mut turmoil::Sim<'_>,
-    name: &'static str,
-    volume: SimVolume,
-    seed: u64,
-    config: BrokerConfig,
-) {
+pub fn add_broker(sim: &mut turmoil::Sim<'_>, name: &'static str, volume: SimVolume, seed: u64, config: BrokerConfig) {
     let boots = Arc::new(AtomicU64::new(0));
     sim.host(name, move || {
         let volume = volume.clone();
@@ -33,9 +27,7 @@ pub fn add_broker(
             let mut config = config;
             config.advertised_host = name.to_string();
             config.advertised_port = i32::from(BROKER_PORT);
-            let broker = Broker::start(env.clone(), config)
-                .await
-                .map_err(|e| e.to_string())?;
+            let broker = Broker::start(env.clone(), config).await.map_err(|e| e.to_string())?;
             let listener = env.net().bind(&format!("0.0.0.0:{BROKER_PORT}")).await?;
             let (_stop, stopped) = watch::channel(false);
             Server::new(broker, listener).run(stopped).await;

@@ -78,12 +78,9 @@ async fn workload(knobs: Knobs, history: Arc<Mutex<History>>) -> turmoil::Result
         }
     }
     for batch in 0..knobs.batches {
-        let values: Vec<Bytes> = (0..knobs.records_per_batch)
-            .map(|r| value(batch, r))
-            .collect();
+        let values: Vec<Bytes> = (0..knobs.records_per_batch).map(|r| value(batch, r)).collect();
         loop {
-            let now_ms = crate::env::EPOCH_MS
-                + turmoil::sim_elapsed().unwrap_or_default().as_millis() as i64;
+            let now_ms = crate::env::EPOCH_MS + turmoil::sim_elapsed().unwrap_or_default().as_millis() as i64;
             match client.produce(TOPIC, 0, &values, now_ms).await {
                 Outcome::Ok(base) => {
                     let mut h = history.lock().unwrap();
@@ -136,30 +133,21 @@ fn check(knobs: &Knobs, h: &History) -> Vec<String> {
     }
     for (expected, (offset, _)) in h.read.iter().enumerate() {
         if *offset != expected as i64 {
-            violations.push(format!(
-                "gap: offset {offset} read where {expected} was next"
-            ));
+            violations.push(format!("gap: offset {offset} read where {expected} was next"));
             break;
         }
     }
     if h.high_watermark != h.read.len() as i64 {
-        violations.push(format!(
-            "hwm {} but {} records readable",
-            h.high_watermark,
-            h.read.len()
-        ));
+        violations.push(format!("hwm {} but {} records readable", h.high_watermark, h.read.len()));
     }
     for (batch, base) in &h.acked {
         for r in 0..knobs.records_per_batch {
             let offset = base + r as i64;
             match by_offset.get(&offset) {
                 Some(v) if **v == value(*batch, r) => {}
-                Some(v) => violations.push(format!(
-                    "lost-write: offset {offset} holds {v:?}, acked as batch {batch} record {r}"
-                )),
-                None => violations.push(format!(
-                    "lost-write: acked batch {batch} missing at offset {offset}"
-                )),
+                Some(v) => violations
+                    .push(format!("lost-write: offset {offset} holds {v:?}, acked as batch {batch} record {r}")),
+                None => violations.push(format!("lost-write: acked batch {batch} missing at offset {offset}")),
             }
         }
     }
@@ -169,18 +157,14 @@ fn check(knobs: &Knobs, h: &History) -> Vec<String> {
     }
     for (v, n) in copies {
         let text = String::from_utf8_lossy(v);
-        let batch: Option<usize> = text
-            .strip_prefix('b')
-            .and_then(|s| s.split('-').next())
-            .and_then(|s| s.parse().ok());
+        let batch: Option<usize> =
+            text.strip_prefix('b').and_then(|s| s.split('-').next()).and_then(|s| s.parse().ok());
         match batch {
             None => violations.push(format!("phantom: {text:?} was never sent")),
-            Some(b) if b >= knobs.batches => {
-                violations.push(format!("phantom: {text:?} was never sent"))
+            Some(b) if b >= knobs.batches => violations.push(format!("phantom: {text:?} was never sent")),
+            Some(b) if n > 1 && !h.indefinite.contains(&b) => {
+                violations.push(format!("duplicate: {text:?} appears {n} times without an indefinite attempt"))
             }
-            Some(b) if n > 1 && !h.indefinite.contains(&b) => violations.push(format!(
-                "duplicate: {text:?} appears {n} times without an indefinite attempt"
-            )),
             Some(_) => {}
         }
     }
@@ -196,10 +180,7 @@ pub fn run(seed: u64) -> RunResult {
         .simulation_duration(Duration::from_secs(SIM_SECONDS_MAX))
         .tick_duration(Duration::from_millis(1))
         .build();
-    let config = BrokerConfig {
-        group_initial_rebalance_delay_ms: 0,
-        ..BrokerConfig::default()
-    };
+    let config = BrokerConfig { group_initial_rebalance_delay_ms: 0, ..BrokerConfig::default() };
     hosts::add_broker(&mut sim, "broker", volume.clone(), rng.random(), config);
     let history = Arc::new(Mutex::new(History::default()));
     sim.client("producer", workload(knobs, history.clone()));
@@ -219,13 +200,7 @@ pub fn run(seed: u64) -> RunResult {
             crashed = true;
             sim.crash("broker");
             let torn = knobs.torn_writes;
-            volume.crash(|blocks| {
-                if torn {
-                    rng.random_range(0..=blocks)
-                } else {
-                    0
-                }
-            });
+            volume.crash(|blocks| if torn { rng.random_range(0..=blocks) } else { 0 });
             sim.bounce("broker");
         }
     }
@@ -238,10 +213,5 @@ pub fn run(seed: u64) -> RunResult {
     trace.feed_u64(volume.digest());
     let sim_seconds = sim.elapsed().as_secs_f64();
     trace.feed_u64(sim.elapsed().as_millis() as u64);
-    RunResult {
-        pass: violations.is_empty(),
-        trace: trace.finish(),
-        sim_seconds,
-        violations,
-    }
+    RunResult { pass: violations.is_empty(), trace: trace.finish(), sim_seconds, violations }
 }

@@ -17,9 +17,8 @@ pub struct RealClock;
 
 impl Clock for RealClock {
     fn now_ms(&self) -> i64 {
-        let since = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("system clock before 1970");
+        let since =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("system clock before 1970");
         i64::try_from(since.as_millis()).expect("time fits i64")
     }
 }

@@ -18,30 +18,18 @@ pub struct RealVolume {
 
 impl RealVolume {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        RealVolume {
-            root: Arc::new(root.into()),
-        }
+        RealVolume { root: Arc::new(root.into()) }
     }
 
     fn path(&self, relative: &str) -> PathBuf {
-        debug_assert!(
-            !relative.starts_with('/'),
-            "volume paths are relative: {relative}"
-        );
-        debug_assert!(
-            !relative.split('/').any(|c| c == ".."),
-            "no escape from the volume: {relative}"
-        );
+        debug_assert!(!relative.starts_with('/'), "volume paths are relative: {relative}");
+        debug_assert!(!relative.split('/').any(|c| c == ".."), "no escape from the volume: {relative}");
         self.root.join(relative)
     }
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(io::Error::other)?
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(io::Error::other)?
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -122,20 +110,12 @@ impl Volume for RealVolume {
         let dir = self.path(parent(path));
         blocking(move || {
             let existed = full.exists();
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&full)?;
+            let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&full)?;
             if !existed {
                 sync_dir(&dir)?;
             }
             let len = file.metadata()?.len();
-            Ok(RealFile {
-                file: Arc::new(file),
-                len: Arc::new(AtomicU64::new(len)),
-            })
+            Ok(RealFile { file: Arc::new(file), len: Arc::new(AtomicU64::new(len)) })
         })
         .await
     }
