@@ -31,3 +31,25 @@ impl<E: Env> Broker<E> {
         self.topics.shutdown().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::real::{RealEnv, RealRng};
+    use crate::env::{Rng, Volume};
+
+    #[tokio::test]
+    async fn unreadable_metadata_stops_the_start_with_a_storage_error() {
+        let dir = std::env::temp_dir().join(format!("kaas-broker-{:x}", RealRng::default().next_u64()));
+        let env = RealEnv::new(&dir);
+        let broker = Broker::start(env.clone(), BrokerConfig::default()).await.unwrap();
+        broker.shutdown().await;
+        env.volume().write_atomic("__cluster/topics/t.json", bytes::Bytes::from_static(b"{\"torn")).await.unwrap();
+        let started = Broker::start(env.clone(), BrokerConfig::default()).await;
+        assert!(matches!(started, Err(crate::CoreError::Storage(m)) if m.contains("t.json")));
+        env.volume().remove_file("__cluster/topics/t.json").await.unwrap();
+        env.volume().write_atomic("__cluster/groups/67.json", bytes::Bytes::from_static(b"[]")).await.unwrap();
+        let started = Broker::start(env, BrokerConfig::default()).await;
+        assert!(matches!(started, Err(crate::CoreError::Storage(m)) if m.contains("67.json")));
+    }
+}

@@ -457,3 +457,65 @@ mod tests {
         assert_eq!(log.high_watermark(), 60);
     }
 }
+
+#[cfg(test)]
+mod corruption_tests {
+    use super::*;
+    use crate::env::real::{RealRng, RealVolume};
+    use crate::env::{Rng, Volume};
+    use crate::log::batch::{self, tests::make_batch};
+
+    fn scratch() -> RealVolume {
+        RealVolume::new(std::env::temp_dir().join(format!("kaas-corrupt-{:x}", RealRng::default().next_u64())))
+    }
+
+    async fn filled(volume: &RealVolume) {
+        let config = LogConfig { segment_bytes: 300, index_interval_bytes: 100, ..LogConfig::default() };
+        let mut log = PartitionLog::open(volume.clone(), "t-0", config).await.unwrap();
+        for i in 0..20 {
+            let data = make_batch(0, 3, i);
+            let header = batch::check(&data).unwrap();
+            log.append(&header, data).await.unwrap();
+        }
+        log.sync().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_damaged_index_is_rebuilt_from_the_log() {
+        let volume = scratch();
+        filled(&volume).await;
+        let index = volume.list("t-0").await.unwrap().into_iter().find(|n| n.ends_with(".index")).unwrap();
+        volume.write_atomic(&format!("t-0/{index}"), Bytes::from_static(b"garbage")).await.unwrap();
+        let log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await.unwrap();
+        assert_eq!(log.high_watermark(), 60);
+        for offset in [0, 2, 3, 59] {
+            let read = log.read(offset, 1).await.unwrap();
+            let header = batch::check(&read.records).unwrap();
+            assert!(header.base_offset <= offset && offset <= header.last_offset());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_closed_segment_is_reported_not_truncated() {
+        let volume = scratch();
+        filled(&volume).await;
+        let first = "t-0/00000000000000000000.log";
+        let mut bytes = volume.read(first).await.unwrap().unwrap().to_vec();
+        bytes[70] ^= 0xff; // inside the first batch's records: its CRC no longer matches
+        volume.remove_file("t-0/00000000000000000000.index").await.unwrap();
+        volume.write_atomic(first, Bytes::from(bytes.clone())).await.unwrap();
+        let opened = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await;
+        assert!(matches!(opened, Err(LogError::Corrupt(_))), "a bad closed segment is an error");
+        assert_eq!(volume.read(first).await.unwrap().unwrap().to_vec(), bytes, "nothing was cut from it");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_partition_state_version_is_refused() {
+        let volume = scratch();
+        filled(&volume).await;
+        let state = br#"{"format_version": 99, "log_start_offset": 0}"#;
+        volume.write_atomic("t-0/partition.json", Bytes::from_static(state)).await.unwrap();
+        let opened = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await;
+        assert!(matches!(opened, Err(LogError::Corrupt(_))));
+    }
+}
