@@ -63,17 +63,10 @@ pub struct ScanOutcome {
 }
 
 impl<F: VolumeFile> Segment<F> {
+    /// A segment created by a roll: its file is new and empty.
     pub fn new_empty(base_offset: i64, file: F) -> Self {
         assert_eq!(file.len(), 0, "a new segment starts empty");
-        Segment {
-            base_offset,
-            file,
-            index: Vec::new(),
-            bytes_since_index_entry: 0,
-            next_offset: base_offset,
-            max_timestamp: -1,
-            durable_len: 0,
-        }
+        Segment::new_loaded(base_offset, file)
     }
 
     /// A segment found on the volume; `scan` or `load_index` fills in the rest.

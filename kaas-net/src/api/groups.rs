@@ -127,7 +127,11 @@ pub fn sync<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: SyncGroup
     }))
 }
 
-pub async fn heartbeat<E: Env>(ctx: &Context<E>, request: HeartbeatRequest) -> HeartbeatResponse {
+pub async fn heartbeat<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: HeartbeatRequest,
+) -> HeartbeatResponse {
     let result = ctx
         .broker
         .groups
@@ -171,7 +175,11 @@ pub async fn leave<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: Le
     }
 }
 
-pub async fn describe<E: Env>(ctx: &Context<E>, request: DescribeGroupsRequest) -> DescribeGroupsResponse {
+pub async fn describe<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: DescribeGroupsRequest,
+) -> DescribeGroupsResponse {
     let ids = request.groups.iter().map(|g| g.0.to_string()).collect();
     let groups = match ctx.broker.groups.describe(ids).await {
         Ok(descriptions) => descriptions
@@ -230,7 +238,11 @@ pub async fn list<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: Lis
     ListGroupsResponse::default().with_groups(groups)
 }
 
-pub async fn delete<E: Env>(ctx: &Context<E>, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn delete<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
     let ids = request.groups_names.iter().map(|g| g.0.to_string()).collect();
     let results = match ctx.broker.groups.delete(ids).await {
         Ok(results) => results

@@ -83,67 +83,38 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         return produce::refuse_old_version(&header, &mut body).map(Answer::Now);
     }
     tracing::trace!(api = ?key, version, correlation_id = header.correlation_id, "request");
-    macro_rules! simple {
-        ($module:ident) => {{
+    // A handler that answers at once: decode, run, encode.
+    macro_rules! now {
+        ($handler:path) => {{
             let request = decode(&mut body, version)?;
-            let response = $module::handle(ctx, &header, request).await;
+            let response = $handler(ctx, &header, request).await;
             Ok(Answer::Now(encode(key, &header, &response)))
         }};
     }
     match key {
-        ApiKey::ApiVersions => simple!(api_versions),
-        ApiKey::Metadata => simple!(metadata),
+        ApiKey::ApiVersions => now!(api_versions::handle),
+        ApiKey::Metadata => now!(metadata::handle),
         ApiKey::Produce => produce::handle(ctx, &header, decode(&mut body, version)?).await,
         ApiKey::Fetch => Ok(fetch::handle(ctx, &header, decode(&mut body, version)?)),
-        ApiKey::ListOffsets => simple!(list_offsets),
-        ApiKey::FindCoordinator => simple!(find_coordinator),
-        ApiKey::CreateTopics => simple!(create_topics),
-        ApiKey::DeleteTopics => simple!(delete_topics),
-        ApiKey::CreatePartitions => simple!(create_partitions),
-        ApiKey::DeleteRecords => simple!(delete_records),
-        ApiKey::DescribeCluster => simple!(describe_cluster),
-        ApiKey::DescribeConfigs => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &configs::describe(ctx, &header, request).await)))
-        }
-        ApiKey::IncrementalAlterConfigs => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &configs::incremental_alter(ctx, &header, request).await)))
-        }
-        ApiKey::AlterConfigs => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &configs::alter_legacy(ctx, &header, request).await)))
-        }
+        ApiKey::ListOffsets => now!(list_offsets::handle),
+        ApiKey::FindCoordinator => now!(find_coordinator::handle),
+        ApiKey::CreateTopics => now!(create_topics::handle),
+        ApiKey::DeleteTopics => now!(delete_topics::handle),
+        ApiKey::CreatePartitions => now!(create_partitions::handle),
+        ApiKey::DeleteRecords => now!(delete_records::handle),
+        ApiKey::DescribeCluster => now!(describe_cluster::handle),
+        ApiKey::DescribeConfigs => now!(configs::describe),
+        ApiKey::IncrementalAlterConfigs => now!(configs::incremental_alter),
+        ApiKey::AlterConfigs => now!(configs::alter_legacy),
         ApiKey::JoinGroup => Ok(groups::join(ctx, &header, decode(&mut body, version)?)),
         ApiKey::SyncGroup => Ok(groups::sync(ctx, &header, decode(&mut body, version)?)),
-        ApiKey::Heartbeat => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &groups::heartbeat(ctx, request).await)))
-        }
-        ApiKey::LeaveGroup => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &groups::leave(ctx, &header, request).await)))
-        }
-        ApiKey::DescribeGroups => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &groups::describe(ctx, request).await)))
-        }
-        ApiKey::ListGroups => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &groups::list(ctx, &header, request).await)))
-        }
-        ApiKey::DeleteGroups => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &groups::delete(ctx, request).await)))
-        }
-        ApiKey::OffsetCommit => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &offsets::commit(ctx, &header, request).await)))
-        }
-        ApiKey::OffsetFetch => {
-            let request = decode(&mut body, version)?;
-            Ok(Answer::Now(encode(key, &header, &offsets::fetch(ctx, &header, request).await)))
-        }
+        ApiKey::Heartbeat => now!(groups::heartbeat),
+        ApiKey::LeaveGroup => now!(groups::leave),
+        ApiKey::DescribeGroups => now!(groups::describe),
+        ApiKey::ListGroups => now!(groups::list),
+        ApiKey::DeleteGroups => now!(groups::delete),
+        ApiKey::OffsetCommit => now!(offsets::commit),
+        ApiKey::OffsetFetch => now!(offsets::fetch),
         _ => Err(format!("no handler for {key:?}")),
     }
 }
