@@ -58,4 +58,9 @@ assert described["retention.bytes"]["config_source"] == "DYNAMIC_BROKER_CONFIG",
 cluster = admin.describe_cluster()
 assert cluster["controller_id"] == 0 and len(cluster["brokers"]) == 1, cluster
 admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0", configs={"log.retention.bytes": ("DELETE", None)})])
+
+# DeleteGroups: the empty group goes, with its committed offsets.
+deleted = admin.delete_groups([group])
+assert "Error" not in str(deleted), deleted
+assert not any(group in str(g) for g in admin.list_groups()), admin.list_groups()
 print(f"kafka-python: {count} produced, consumed and committed; configs altered and described")
