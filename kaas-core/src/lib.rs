@@ -1,6 +1,22 @@
 //! kaas-core: the broker as actors and state machines. Every effect on the world goes through
 //! the `env` seams, so the same code runs in production and inside the simulator.
 
+/// True when the named simulation mutant (`sim::Mutant`) is on. Always false without the
+/// `sim` feature: production builds carry no mutant code.
+#[macro_export]
+macro_rules! mutant {
+    ($name:ident) => {{
+        #[cfg(feature = "sim")]
+        {
+            $crate::sim::active($crate::sim::Mutant::$name)
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            false
+        }
+    }};
+}
+
 pub mod broker;
 pub mod config;
 pub mod env;
@@ -8,6 +24,8 @@ pub mod error;
 pub mod group;
 pub mod log;
 pub mod partition;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod topics;
 
 pub use broker::Broker;

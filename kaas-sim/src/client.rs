@@ -31,6 +31,11 @@ pub enum Outcome<T> {
     Indefinite,
 }
 
+/// `Outcome::Failed` code of a fetch whose records did not decode (bad CRC, torn batch).
+pub const CORRUPT_READ: i16 = -2;
+/// Kafka's OFFSET_OUT_OF_RANGE.
+pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+
 fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
@@ -125,6 +130,50 @@ impl WireClient {
                 };
                 if p.error_code == 0 { Outcome::Ok(p.base_offset) } else { Outcome::Failed(p.error_code) }
             }
+        }
+    }
+
+    /// The group's committed offset for one partition (-1 if none), by OffsetFetch v7.
+    pub async fn committed_offset(&mut self, group: &str, topic: &str, partition: i32) -> Outcome<i64> {
+        use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+        let request = OffsetFetchRequest::default().with_group_id(GroupId(text(group))).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(TopicName(text(topic)))
+                .with_partition_indexes(vec![partition]),
+        ]));
+        let response: OffsetFetchResponse = match self.call(ApiKey::OffsetFetch, 7, &request).await {
+            Ok(r) => r,
+            Err(_) => return Outcome::Indefinite,
+        };
+        if response.error_code != 0 {
+            return Outcome::Failed(response.error_code);
+        }
+        match response.topics.first().and_then(|t| t.partitions.first()) {
+            Some(p) if p.error_code == 0 => Outcome::Ok(p.committed_offset),
+            Some(p) => Outcome::Failed(p.error_code),
+            None => Outcome::Failed(-1),
+        }
+    }
+
+    /// Commits `offset` for one partition as a standalone consumer (generation -1).
+    pub async fn commit_offset(&mut self, group: &str, topic: &str, partition: i32, offset: i64) -> Outcome<()> {
+        use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+        let request = OffsetCommitRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![OffsetCommitRequestTopic::default().with_name(TopicName(text(topic))).with_partitions(
+                vec![
+                OffsetCommitRequestPartition::default().with_partition_index(partition).with_committed_offset(offset),
+            ],
+            )]);
+        let response: OffsetCommitResponse = match self.call(ApiKey::OffsetCommit, 8, &request).await {
+            Ok(r) => r,
+            Err(_) => return Outcome::Indefinite,
+        };
+        match response.topics.first().and_then(|t| t.partitions.first()) {
+            Some(p) if p.error_code == 0 => Outcome::Ok(()),
+            Some(p) => Outcome::Failed(p.error_code),
+            None => Outcome::Failed(-1),
         }
     }
 

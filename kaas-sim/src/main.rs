@@ -2,19 +2,22 @@
 //!
 //! ```text
 //! kaas-sim list
-//! kaas-sim run [--scenario NAME] (--seed N | --seeds A..B) [--check-determinism]
+//! kaas-sim run [--scenario NAME] (--seed N | --seeds A..B) [--check-determinism] [--mutant NAME]
 //! kaas-sim replay sim-seeds/FILE.json
+//! kaas-sim mutants [--seeds A..B]
 //! ```
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use kaas_core::sim::{Mutant, set_mutant};
 use kaas_sim::scenarios::{self, RunResult, Scenario};
 
 const USAGE: &str = "usage:
   kaas-sim list
-  kaas-sim run [--scenario NAME] (--seed N | --seeds A..B) [--check-determinism]
-  kaas-sim replay sim-seeds/FILE.json";
+  kaas-sim run [--scenario NAME] (--seed N | --seeds A..B) [--check-determinism] [--mutant NAME]
+  kaas-sim replay sim-seeds/FILE.json
+  kaas-sim mutants [--seeds A..B]      (each deliberate bug must be caught by some seed)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -37,6 +40,8 @@ fn run(args: &[String]) -> Result<bool, String> {
             Ok(true)
         }
         Some("run") => run_seeds(&args[1..]),
+        Some("mutants") => mutants(&args[1..]),
+        Some("run-one") => run_one(&args[1..]),
         Some("replay") => {
             let path = args.get(1).ok_or("replay needs a seed file")?;
             let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
@@ -73,6 +78,11 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
                 seeds = Some(a..b);
             }
             "--check-determinism" => check_determinism = true,
+            "--mutant" => {
+                let name = it.next().ok_or("--mutant needs a name")?;
+                let mutant = Mutant::from_name(name).ok_or_else(|| format!("unknown mutant {name}"))?;
+                set_mutant(Some(mutant));
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -90,12 +100,90 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
     Ok(all_passed)
 }
 
+/// Runs every mutant against seeds until one catches it; fails if a mutant survives them all.
+fn mutants(args: &[String]) -> Result<bool, String> {
+    let seeds = match args {
+        [] => 0..200,
+        [flag, range] if flag == "--seeds" => {
+            let (a, b) = range.split_once("..").ok_or("--seeds needs A..B")?;
+            a.parse().map_err(|_| "--seeds: bad start")?..b.parse().map_err(|_| "--seeds: bad end")?
+        }
+        _ => return Err("mutants takes only --seeds A..B".into()),
+    };
+    let mut all_caught = true;
+    for mutant in Mutant::ALL {
+        set_mutant(Some(mutant));
+        let started = Instant::now();
+        let mut caught = None;
+        'seeds: for seed in seeds.clone() {
+            for s in scenarios::ALL {
+                let result = isolated(s, seed);
+                if !result.pass {
+                    caught = Some((seed, s.name, result.violations.first().cloned().unwrap_or_default()));
+                    break 'seeds;
+                }
+            }
+        }
+        let wall = started.elapsed().as_secs_f64();
+        match caught {
+            Some((seed, scenario, violation)) => {
+                println!(
+                    "mutant={} caught_by_seed={seed} scenario={scenario} wall_s={wall:.3} violation={violation:?}",
+                    mutant.name()
+                )
+            }
+            None => {
+                all_caught = false;
+                println!("mutant={} survived seeds {}..{} wall_s={wall:.3}", mutant.name(), seeds.start, seeds.end);
+            }
+        }
+    }
+    set_mutant(None);
+    Ok(all_caught)
+}
+
+/// Runs one seed in a process of its own and reads back its result. A run must be a pure
+/// function of (seed, scenario, build), but tokio spreads a runtime's tasks over shards by a
+/// process-wide task id and drops a crashed host's tasks shard by shard: which sockets of the
+/// crashed broker close first would depend on every run before it in the same process.
+fn isolated(scenario: &'static Scenario, seed: u64) -> RunResult {
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("own path"));
+    cmd.args(["run-one", scenario.name, &seed.to_string()]);
+    if let Some(m) = kaas_core::sim::current() {
+        cmd.arg(m.name());
+    }
+    let failed = |why: String| RunResult { pass: false, trace: 0, sim_seconds: 0.0, violations: vec![why] };
+    let output = match cmd.output() {
+        Ok(output) => output,
+        Err(e) => return failed(format!("cannot run the seed's process: {e}")),
+    };
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().rfind(|l| l.contains("panicked") || l.contains("error")).unwrap_or("");
+        return failed(format!("the seed's process failed ({}): {last}", output.status));
+    }
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| failed(format!("unreadable result: {e}")))
+}
+
+/// `run-one SCENARIO SEED [MUTANT]`: the child side of `isolated`, printing the result as JSON.
+fn run_one(args: &[String]) -> Result<bool, String> {
+    let name = args.first().ok_or("run-one needs a scenario")?;
+    let seed: u64 = args.get(1).and_then(|s| s.parse().ok()).ok_or("run-one needs a seed")?;
+    if let Some(m) = args.get(2) {
+        set_mutant(Some(Mutant::from_name(m).ok_or_else(|| format!("unknown mutant {m}"))?));
+    }
+    let scenario = scenarios::find(name).ok_or_else(|| format!("unknown scenario {name}"))?;
+    let result = (scenario.run)(seed);
+    println!("{}", serde_json::to_string(&result).expect("json"));
+    Ok(true)
+}
+
 /// Runs one seed, prints its line, and on a failure writes the seed file.
-fn one(scenario: &Scenario, seed: u64, check_determinism: bool, write_seed_file: bool) -> bool {
+fn one(scenario: &'static Scenario, seed: u64, check_determinism: bool, write_seed_file: bool) -> bool {
     let started = Instant::now();
-    let mut result: RunResult = (scenario.run)(seed);
+    let mut result: RunResult = isolated(scenario, seed);
     if check_determinism {
-        let again = (scenario.run)(seed);
+        let again = isolated(scenario, seed);
         if again.trace != result.trace || again.pass != result.pass {
             result.pass = false;
             result.violations.push(format!("nondeterminism: trace {:016x} then {:016x}", result.trace, again.trace));

@@ -1,8 +1,9 @@
 //! `SimVolume`: the shared volume (the PVC) in memory, one instance for every broker host.
 //!
-//! Appends are pending until the file is synced; `crash` throws away what a crashed host had
-//! not synced, except that, as on a real disk, a prefix of the pending bytes in whole blocks
-//! may have reached the platter anyway (a torn write), when the seed turns torn writes on.
+//! Appends are pending until the file is synced, and a sync takes simulated time; `crash`
+//! throws away what a crashed host had not synced, except that, as on a real disk, some whole
+//! blocks of the pending bytes may have reached the platter anyway (a torn write): a prefix of
+//! them, or scattered blocks with zeros between them (dirty pages written back out of order).
 //! Atomic replaces, removals and file creations are durable when they return, as the real
 //! volume makes them (file + directory fsync).
 
@@ -12,6 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use kaas_core::env::{Volume, VolumeFile};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 /// Torn writes keep whole blocks of this size.
 const BLOCK_BYTES: usize = 512;
@@ -32,6 +35,28 @@ struct State {
     next_inode: u64,
     /// Bytes written, synced: for the trace.
     stats: VolumeStats,
+    faults: VolumeFaults,
+    rng: Option<ChaCha8Rng>,
+}
+
+/// What survives of unsynced appends when a host crashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Torn {
+    /// Nothing unsynced survives.
+    #[default]
+    None,
+    /// A prefix of whole blocks survives.
+    Prefix,
+    /// Any whole blocks survive; the ones between them read as zeros.
+    Scattered,
+}
+
+/// The faults a seed turns on for the volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VolumeFaults {
+    pub torn: Torn,
+    /// Each sync takes between 0 and this many simulated milliseconds.
+    pub sync_latency_ms_max: u64,
 }
 
 #[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,26 +82,46 @@ fn not_found(path: &str) -> io::Error {
 }
 
 impl SimVolume {
+    pub fn new(seed: u64, faults: VolumeFaults) -> Self {
+        let state = State { faults, rng: Some(ChaCha8Rng::seed_from_u64(seed)), ..State::default() };
+        SimVolume { state: Arc::new(Mutex::new(state)) }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("volume lock")
     }
 
-    /// A host crashed: unsynced bytes are lost, but for `torn_blocks(pending_len)` whole
-    /// blocks of them that had already reached the disk.
-    pub fn crash(&self, mut torn_blocks: impl FnMut(usize) -> usize) {
+    /// A host crashed: unsynced bytes are lost but for the blocks the seed's torn-write mode
+    /// lets survive.
+    pub fn crash(&self) {
         let mut state = self.lock();
-        let mut lost = 0u64;
-        for inode in state.inodes.values_mut() {
+        let State { inodes, stats, faults, rng, .. } = &mut *state;
+        for inode in inodes.values_mut() {
             let pending = inode.data.len() - inode.durable_len;
             if pending == 0 {
                 continue;
             }
-            let kept = (torn_blocks(pending.div_ceil(BLOCK_BYTES)) * BLOCK_BYTES).min(pending);
-            inode.data.truncate(inode.durable_len + kept);
+            let blocks = pending.div_ceil(BLOCK_BYTES);
+            let survives: Vec<bool> = match (faults.torn, rng.as_mut()) {
+                (Torn::None, _) | (_, None) => vec![false; blocks],
+                (Torn::Prefix, Some(rng)) => {
+                    let kept = rng.random_range(0..=blocks);
+                    (0..blocks).map(|b| b < kept).collect()
+                }
+                (Torn::Scattered, Some(rng)) => (0..blocks).map(|_| rng.random_bool(0.5)).collect(),
+            };
+            let end = survives.iter().rposition(|s| *s).map(|b| ((b + 1) * BLOCK_BYTES).min(pending)).unwrap_or(0);
+            for (b, kept) in survives.iter().enumerate() {
+                let start = inode.durable_len + b * BLOCK_BYTES;
+                if !kept && b * BLOCK_BYTES < end {
+                    let stop = (start + BLOCK_BYTES).min(inode.durable_len + end);
+                    inode.data[start..stop].fill(0);
+                }
+            }
+            inode.data.truncate(inode.durable_len + end);
             inode.durable_len = inode.data.len();
-            lost += (pending - kept) as u64;
+            stats.bytes_lost_in_crashes += (pending - end) as u64;
         }
-        state.stats.bytes_lost_in_crashes += lost;
     }
 
     pub fn stats(&self) -> VolumeStats {
@@ -213,8 +258,21 @@ impl VolumeFile for SimFile {
     }
 
     async fn sync(&self) -> io::Result<()> {
+        // Only what was written before the sync began is made durable by it.
+        let len = self.with(|inode, _| inode.data.len())?;
+        let latency_ms = {
+            let mut state = self.state.lock().expect("volume lock");
+            let max = state.faults.sync_latency_ms_max;
+            match state.rng.as_mut() {
+                Some(rng) if max > 0 => rng.random_range(0..=max),
+                _ => 0,
+            }
+        };
+        if latency_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(latency_ms)).await;
+        }
         self.with(|inode, stats| {
-            inode.durable_len = inode.data.len();
+            inode.durable_len = inode.durable_len.max(len.min(inode.data.len()));
             stats.syncs += 1;
         })
     }

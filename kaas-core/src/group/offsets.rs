@@ -88,7 +88,9 @@ impl<V: Volume> OffsetStore<V> {
             committed.commit_timestamp_ms = now_ms;
             next.insert(tp, committed);
         }
-        self.persist(group_id, &next).await?;
+        if !crate::mutant!(OffsetCommitInMemory) {
+            self.persist(group_id, &next).await?;
+        }
         self.groups.insert(group_id.to_string(), next);
         Ok(())
     }

@@ -140,7 +140,7 @@ impl<V: Volume> PartitionLog<V> {
             dir: dir.to_string(),
             segments,
             log_start_offset,
-            high_watermark: log_end_offset,
+            high_watermark: if crate::mutant!(HwmNotRestored) { log_start_offset } else { log_end_offset },
             config,
         };
         log.check_invariants();
@@ -203,7 +203,9 @@ impl<V: Volume> PartitionLog<V> {
     pub async fn sync(&mut self) -> Result<(), LogError> {
         let active = self.segments.last_mut().expect("active");
         if active.durable_len < active.size() {
-            active.file.sync().await?;
+            if !crate::mutant!(AckBeforeFsync) {
+                active.file.sync().await?;
+            }
             active.durable_len = active.size();
         }
         self.high_watermark = self.log_end_offset();
@@ -214,16 +216,17 @@ impl<V: Volume> PartitionLog<V> {
     /// Whole batches starting with the one containing `offset`, up to `max_bytes` (but always
     /// the first batch whole, as Kafka does since KIP-74), never past the high watermark.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, LogError> {
-        if offset < self.log_start_offset || offset > self.high_watermark {
+        let end = if crate::mutant!(FetchPastHwm) { self.log_end_offset() } else { self.high_watermark };
+        if offset < self.log_start_offset || offset > end {
             return Err(LogError::OffsetOutOfRange);
         }
-        if offset == self.high_watermark {
+        if offset == end {
             return Ok(ReadResult::default());
         }
         let mut at = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
         loop {
             let seg = &self.segments[at];
-            let limit = seg.durable_len;
+            let limit = if crate::mutant!(FetchPastHwm) { seg.size() } else { seg.durable_len };
             let position = seg.position_of(offset, limit).await?;
             if position < limit {
                 return read_batches(seg, position, limit, max_bytes).await;

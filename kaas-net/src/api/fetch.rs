@@ -80,7 +80,7 @@ async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, ver
                 .with_high_watermark(marks.high_watermark)
                 .with_last_stable_offset(marks.high_watermark)
                 .with_log_start_offset(marks.log_start_offset);
-            if remaining == 0 || p.fetch_offset == marks.high_watermark {
+            if remaining == 0 {
                 partitions.push(data.with_records(Some(Default::default())));
                 continue;
             }

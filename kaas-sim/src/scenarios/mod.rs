@@ -3,7 +3,7 @@
 pub mod smoke;
 
 /// What one seed of one scenario came to.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     pub pass: bool,
     /// A digest of everything observable: client outcomes and the final volume.
