@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::{BrokerConfig, validate_topic_config};
-use crate::env::{Env, Rng, Spawner, Volume, join};
+use crate::env::{Clock, Env, Rng, Spawner, Volume, join};
 use crate::error::{CoreError, CoreResult};
 use crate::partition::{self, PartitionHandle};
 
@@ -277,7 +277,7 @@ impl<E: Env> TopicManager<E> {
 
     async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
         let interval_ms = self.config.log_retention_check_interval_ms.max(1);
-        let mut next_retention = tokio::time::Instant::now() + std::time::Duration::from_millis(interval_ms);
+        let mut next_retention = self.env.clock().monotonic() + std::time::Duration::from_millis(interval_ms);
         loop {
             let command = tokio::select! {
                 biased;

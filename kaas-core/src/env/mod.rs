@@ -12,12 +12,16 @@ use bytes::Bytes;
 
 pub use net::{Listener, Net};
 
-/// Wall time and sleeping. Wall time feeds record timestamps, expiry and leases; sleeps drive
-/// every timer. Elapsed-time measurement uses `tokio::time::Instant`, which the simulator
-/// virtualises, so only wall time needs a seam.
+/// Wall time, monotonic time and sleeping. Wall time feeds record timestamps, expiry and
+/// leases; monotonic time feeds timeouts and deadlines; sleeps drive every timer.
 pub trait Clock: Clone + Send + Sync + 'static {
     /// Milliseconds since the Unix epoch, as this host believes (the simulator may skew it).
     fn now_ms(&self) -> i64;
+
+    /// Monotonic time for deadlines: tokio's clock, which the simulator drives tick by tick.
+    fn monotonic(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() // allow-nondeterminism: virtual under the simulator
+    }
 
     fn sleep_ms(&self, ms: u64) -> impl Future<Output = ()> + Send {
         tokio::time::sleep(std::time::Duration::from_millis(ms))

@@ -213,7 +213,7 @@ impl<E: Env> GroupCoordinator<E> {
                 .values()
                 .filter_map(Group::next_deadline)
                 .min()
-                .unwrap_or_else(|| Instant::now() + Duration::from_millis(IDLE_TICK_MS));
+                .unwrap_or_else(|| self.env.clock().monotonic() + Duration::from_millis(IDLE_TICK_MS));
             let command = tokio::select! {
                 biased;
                 command = rx.recv() => command,
@@ -228,7 +228,7 @@ impl<E: Env> GroupCoordinator<E> {
     }
 
     fn tick(&mut self) {
-        let now = Instant::now();
+        let now = self.env.clock().monotonic();
         let mut replies = Vec::new();
         for group in self.groups.values_mut() {
             let mut group_replies = Vec::new();
@@ -277,7 +277,7 @@ impl<E: Env> GroupCoordinator<E> {
     }
 
     async fn handle(&mut self, command: Command) {
-        let now = Instant::now();
+        let now = self.env.clock().monotonic();
         match command {
             Command::Join(group_id, request, reply) => {
                 tracing::debug!(group = %group_id, member = %request.member_id, "join");

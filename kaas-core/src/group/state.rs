@@ -643,6 +643,11 @@ impl Group {
 mod tests {
     use super::*;
 
+    /// A starting instant for tests that pass time in explicitly.
+    fn start() -> Instant {
+        Instant::now() // allow-nondeterminism: tests pass every later instant in
+    }
+
     fn request(member_id: &str, instance: Option<&str>) -> JoinRequest {
         JoinRequest {
             member_id: member_id.to_string(),
@@ -678,7 +683,7 @@ mod tests {
 
     #[test]
     fn a_lone_member_joins_syncs_and_becomes_stable() {
-        let now = Instant::now();
+        let now = start();
         let mut g = Group::new("g".into(), 0);
         let mut replies = Vec::new();
         let id = join_new(&mut g, now, &mut replies);
@@ -700,7 +705,7 @@ mod tests {
 
     #[test]
     fn a_second_member_triggers_a_rebalance_that_both_finish() {
-        let now = Instant::now();
+        let now = start();
         let mut g = Group::new("g".into(), 0);
         let mut replies = Vec::new();
         let a = join_new(&mut g, now, &mut replies);
@@ -723,7 +728,7 @@ mod tests {
 
     #[test]
     fn a_silent_member_expires_and_a_missing_rejoin_times_out() {
-        let t0 = Instant::now();
+        let t0 = start();
         let mut g = Group::new("g".into(), 0);
         let mut replies = Vec::new();
         let a = join_new(&mut g, t0, &mut replies);
@@ -754,7 +759,7 @@ mod tests {
 
     #[test]
     fn a_restarted_static_member_takes_its_place_and_fences_the_old_id() {
-        let now = Instant::now();
+        let now = start();
         let mut g = Group::new("g".into(), 0);
         let mut replies = Vec::new();
         let JoinAction::Parked { member_id: old } = g.join(request("", Some("pod-0")), now, 1, &mut replies) else {
@@ -783,7 +788,7 @@ mod tests {
 
     #[test]
     fn the_initial_delay_gathers_members_before_the_first_generation() {
-        let t0 = Instant::now();
+        let t0 = start();
         let mut g = Group::new("g".into(), 3000);
         let mut replies = Vec::new();
         let a = join_new(&mut g, t0, &mut replies);
@@ -806,7 +811,7 @@ mod tests {
 
     #[test]
     fn protocols_must_be_shared() {
-        let now = Instant::now();
+        let now = start();
         let mut g = Group::new("g".into(), 0);
         let mut replies = Vec::new();
         join_new(&mut g, now, &mut replies);

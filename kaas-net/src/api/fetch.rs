@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use kaas_core::env::Env;
+use kaas_core::env::{Clock, Env};
 use kaas_core::topics::MetadataSnapshot;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, RequestHeader};
-use tokio::time::{Duration, Instant};
+use tokio::time::Duration;
 
 use super::{encode, topic};
 use crate::connection::{Answer, Context};
@@ -22,18 +22,19 @@ const MAX_WAIT_MS_MAX: i32 = 60_000;
 pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRequest) -> Answer {
     let header = header.clone();
     let topics = ctx.broker.topics.clone();
+    let clock = ctx.broker.env.clock().clone();
     Answer::Later(Box::pin(async move {
         if request.session_id != 0 || request.session_epoch > 0 {
             let response = FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
             return encode(ApiKey::Fetch, &header, &response);
         }
         let max_wait = Duration::from_millis(request.max_wait_ms.clamp(0, MAX_WAIT_MS_MAX) as u64);
-        let deadline = Instant::now() + max_wait;
+        let deadline = clock.monotonic() + max_wait;
         let mut data_version = topics.data_version.clone();
         loop {
             data_version.borrow_and_update();
             let (response, bytes) = read_once(&topics.snapshot(), &request, header.request_api_version).await;
-            let waited_enough = Instant::now() >= deadline;
+            let waited_enough = clock.monotonic() >= deadline;
             if bytes >= request.min_bytes.max(0) as usize || waited_enough || bytes > 0 && request.min_bytes <= 1 {
                 return encode(ApiKey::Fetch, &header, &response);
             }
