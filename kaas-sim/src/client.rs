@@ -16,6 +16,9 @@ use kafka_protocol::records::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use turmoil::net::TcpStream;
 
+/// A request without an answer by then is indefinite: the connection is given up.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub struct WireClient {
     stream: TcpStream,
     correlation_id: i32,
@@ -42,11 +45,24 @@ fn text(s: &str) -> StrBytes {
 
 impl WireClient {
     pub async fn connect(host: &str, port: u16) -> io::Result<WireClient> {
-        let stream = TcpStream::connect((host, port)).await?;
+        let connecting = TcpStream::connect((host, port));
+        let stream = tokio::time::timeout(REQUEST_TIMEOUT, connecting).await.map_err(|_| io::ErrorKind::TimedOut)??;
         Ok(WireClient { stream, correlation_id: 0 })
     }
 
+    /// One request and its response; an error (the timeout included) leaves the connection
+    /// unusable and the request's effect unknown.
     pub async fn call<Req, Resp>(&mut self, key: ApiKey, version: i16, request: &Req) -> io::Result<Resp>
+    where
+        Req: Encodable + HeaderVersion,
+        Resp: Decodable,
+    {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.call_unbounded(key, version, request))
+            .await
+            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+    }
+
+    async fn call_unbounded<Req, Resp>(&mut self, key: ApiKey, version: i16, request: &Req) -> io::Result<Resp>
     where
         Req: Encodable + HeaderVersion,
         Resp: Decodable,

@@ -15,15 +15,23 @@ use crate::volume::SimVolume;
 
 pub const BROKER_PORT: u16 = 9092;
 
-/// Registers a broker host named `name` on the shared `volume`. Each boot draws its own seed.
-pub fn add_broker(sim: &mut turmoil::Sim<'_>, name: &'static str, volume: SimVolume, seed: u64, config: BrokerConfig) {
+/// Registers a broker host named `name` on the shared `volume`, its wall clock `skew_ms` off.
+/// Each boot draws its own seed.
+pub fn add_broker(
+    sim: &mut turmoil::Sim<'_>,
+    name: &'static str,
+    volume: SimVolume,
+    seed: u64,
+    skew_ms: i64,
+    config: BrokerConfig,
+) {
     let boots = Arc::new(AtomicU64::new(0));
     sim.host(name, move || {
         let volume = volume.clone();
         let config = config.clone();
         let boot = boots.fetch_add(1, Ordering::SeqCst);
         async move {
-            let env = SimEnv::new(volume, seed ^ boot.wrapping_mul(0x9e37_79b9_7f4a_7c15), 0);
+            let env = SimEnv::new(volume, seed ^ boot.wrapping_mul(0x9e37_79b9_7f4a_7c15), skew_ms);
             let mut config = config;
             config.advertised_host = name.to_string();
             config.advertised_port = i32::from(BROKER_PORT);

@@ -44,6 +44,10 @@ struct Knobs {
     consumer_max_wait_ms: i32,
     /// The network's largest message latency.
     max_message_latency_ms: u64,
+    /// Network partitions between the broker and the clients: (start ms, length ms).
+    partitions: Vec<(u64, u64)>,
+    /// How far the broker's wall clock is off.
+    clock_skew_ms: i64,
     faults: VolumeFaults,
 }
 
@@ -81,6 +85,10 @@ impl Knobs {
             crashes,
             consumer_max_wait_ms: [0, 10, 50][rng.random_range(0..3)],
             max_message_latency_ms: [1, 10, 100][rng.random_range(0..3)],
+            partitions: (0..rng.random_range(0..=2))
+                .map(|_| (rng.random_range(50..3000), rng.random_range(100..3000)))
+                .collect(),
+            clock_skew_ms: rng.random_range(-5000..=5000),
             faults: VolumeFaults { torn, sync_latency_ms_max },
         }
     }
@@ -346,12 +354,17 @@ pub fn run(seed: u64) -> RunResult {
         .max_message_latency(Duration::from_millis(knobs.max_message_latency_ms))
         .build();
     let config = BrokerConfig { group_initial_rebalance_delay_ms: 0, ..BrokerConfig::default() };
-    hosts::add_broker(&mut sim, "broker", volume.clone(), rng.random(), config);
+    hosts::add_broker(&mut sim, "broker", volume.clone(), rng.random(), knobs.clock_skew_ms, config);
     let history = Arc::new(Mutex::new(History::default()));
     sim.client("clients", workload(knobs.clone(), history.clone()));
 
     let mut violations = Vec::new();
     let mut pending_crashes = knobs.crashes.clone();
+    // (at ms, partition or repair), in time order.
+    let mut network: Vec<(u64, bool)> =
+        knobs.partitions.iter().flat_map(|&(at, len)| [(at, true), (at + len, false)]).collect();
+    network.sort_unstable();
+    let mut network = network.into_iter().peekable();
     loop {
         match sim.step() {
             Ok(true) => break,
@@ -367,6 +380,13 @@ pub fn run(seed: u64) -> RunResult {
             CrashAt::Acks(n) => acked >= n,
             CrashAt::Millis(t) => now_ms >= t,
         });
+        while let Some((_, partition)) = network.next_if(|&(at, _)| now_ms >= at) {
+            if partition {
+                sim.partition("broker", "clients");
+            } else {
+                sim.repair("broker", "clients");
+            }
+        }
         if let Some(i) = due {
             pending_crashes.remove(i);
             sim.crash("broker");
