@@ -13,6 +13,9 @@ use std::time::Instant;
 use kaas_core::sim::{Mutant, set_mutant};
 use kaas_sim::scenarios::{self, RunResult, Scenario};
 
+/// Violations printed per failing seed; the rest are counted.
+const VIOLATIONS_SHOWN: usize = 20;
+
 const USAGE: &str = "usage:
   kaas-sim list
   kaas-sim run [--scenario NAME] (--seed N | --seeds A..B) [--check-determinism] [--mutant NAME]
@@ -49,6 +52,9 @@ fn run(args: &[String]) -> Result<bool, String> {
             let name = file["scenario"].as_str().ok_or("seed file without scenario")?;
             let seed = file["seed"].as_u64().ok_or("seed file without seed")?;
             let scenario = scenarios::find(name).ok_or_else(|| format!("unknown scenario {name}"))?;
+            if let Some(m) = file["mutant"].as_str() {
+                set_mutant(Some(Mutant::from_name(m).ok_or_else(|| format!("unknown mutant {m}"))?));
+            }
             Ok(one(scenario, seed, false, false))
         }
         _ => Err("unknown command".into()),
@@ -152,7 +158,8 @@ fn isolated(scenario: &'static Scenario, seed: u64) -> RunResult {
     if let Some(m) = kaas_core::sim::current() {
         cmd.arg(m.name());
     }
-    let failed = |why: String| RunResult { pass: false, trace: 0, sim_seconds: 0.0, violations: vec![why] };
+    let failed =
+        |why: String| RunResult { pass: false, trace: 0, sim_seconds: 0.0, violations: vec![why], history: None };
     let output = match cmd.output() {
         Ok(output) => output,
         Err(e) => return failed(format!("cannot run the seed's process: {e}")),
@@ -198,18 +205,31 @@ fn one(scenario: &'static Scenario, seed: u64, check_determinism: bool, write_se
         result.sim_seconds,
         wall
     );
-    for v in &result.violations {
+    for v in result.violations.iter().take(VIOLATIONS_SHOWN) {
         println!("  violation: {v}");
     }
+    if result.violations.len() > VIOLATIONS_SHOWN {
+        println!("  ... and {} more violations", result.violations.len() - VIOLATIONS_SHOWN);
+    }
+    if let Some(history) = &result.history {
+        println!("  history: {history}");
+    }
     if !result.pass && write_seed_file {
-        let path = format!("sim-seeds/{}-{seed}.json", scenario.name);
+        // A failure under a deliberate bug is expected: its seed file stays out of sim-seeds/.
+        let mutant = kaas_core::sim::current();
+        let dir = if mutant.is_some() { "target/sim-mutants" } else { "sim-seeds" };
+        let prefix = mutant.map(|m| format!("{}-", m.name())).unwrap_or_default();
+        let path = format!("{dir}/{prefix}{}-{seed}.json", scenario.name);
         let file = serde_json::json!({
             "seed": seed,
             "scenario": scenario.name,
-            "violations": result.violations,
+            "mutant": mutant.map(Mutant::name),
+            "violations": result.violations.iter().take(VIOLATIONS_SHOWN).collect::<Vec<_>>(),
+            "violations_total": result.violations.len(),
+            "history": result.history,
             "trace": format!("{:016x}", result.trace),
         });
-        let _ = std::fs::create_dir_all("sim-seeds");
+        let _ = std::fs::create_dir_all(dir);
         match std::fs::write(&path, serde_json::to_string_pretty(&file).expect("json")) {
             Ok(()) => println!("  reproduce: kaas-sim replay {path}"),
             Err(e) => println!("  cannot write {path}: {e}"),

@@ -11,6 +11,9 @@ pub struct RunResult {
     pub sim_seconds: f64,
     /// What failed, empty on a pass.
     pub violations: Vec<String>,
+    /// Where a failing run's JSONL history (every client call, outcome and time) was written.
+    #[serde(default)]
+    pub history: Option<String>,
 }
 
 pub struct Scenario {

@@ -113,6 +113,24 @@ struct History {
     read: Vec<(i64, Bytes)>,
     high_watermark: i64,
     events: Digest,
+    /// Every client call and its outcome, in order, for the JSONL history of a failing seed.
+    log: Vec<serde_json::Value>,
+}
+
+impl History {
+    fn record(&mut self, client: &str, op: &str, outcome: &str, detail: serde_json::Value) {
+        let t_ms = turmoil::sim_elapsed().unwrap_or_default().as_millis() as u64;
+        self.log
+            .push(serde_json::json!({"t_ms": t_ms, "client": client, "op": op, "outcome": outcome, "detail": detail}));
+    }
+}
+
+fn outcome_name<T>(outcome: &Outcome<T>) -> String {
+    match outcome {
+        Outcome::Ok(_) => "ok".into(),
+        Outcome::Failed(code) => format!("failed:{code}"),
+        Outcome::Indefinite => "indefinite".into(),
+    }
 }
 
 fn value(batch: usize, record: usize, padding: usize) -> Bytes {
@@ -144,11 +162,20 @@ async fn create_topic() {
 }
 
 async fn producer(id: usize, knobs: Knobs, history: Arc<Mutex<History>>) {
+    let name = format!("producer-{id}");
     let mut client = connect().await;
     for batch in (id..knobs.batches).step_by(knobs.producers) {
         let values: Vec<Bytes> = (0..knobs.records_per_batch).map(|r| value(batch, r, knobs.value_padding)).collect();
         loop {
-            match client.produce(TOPIC, 0, &values, now_ms()).await {
+            let outcome = client.produce(TOPIC, 0, &values, now_ms()).await;
+            let base = if let Outcome::Ok(base) = outcome { base } else { -1 };
+            history.lock().unwrap().record(
+                &name,
+                "produce",
+                &outcome_name(&outcome),
+                serde_json::json!({"batch": batch, "base_offset": base}),
+            );
+            match outcome {
                 Outcome::Ok(base) => {
                     let mut h = history.lock().unwrap();
                     h.acked.insert(batch, base);
@@ -172,7 +199,11 @@ async fn producer(id: usize, knobs: Knobs, history: Arc<Mutex<History>>) {
 async fn consumer(max_wait_ms: i32, history: Arc<Mutex<History>>) {
     'session: loop {
         let mut client = connect().await;
-        let committed = match client.committed_offset(GROUP, TOPIC, 0).await {
+        let resumed = client.committed_offset(GROUP, TOPIC, 0).await;
+        let detail =
+            if let Outcome::Ok(o) = resumed { serde_json::json!({"committed": o}) } else { serde_json::json!({}) };
+        history.lock().unwrap().record("consumer", "offset-fetch", &outcome_name(&resumed), detail);
+        let committed = match resumed {
             Outcome::Ok(offset) => offset,
             _ => continue 'session,
         };
@@ -191,7 +222,15 @@ async fn consumer(max_wait_ms: i32, history: Arc<Mutex<History>>) {
                 let h = history.lock().unwrap();
                 h.producers_done == h.producers
             };
-            let (records, hwm) = match client.fetch(TOPIC, 0, position, max_wait_ms).await {
+            let fetched = client.fetch(TOPIC, 0, position, max_wait_ms).await;
+            let detail = match &fetched {
+                Outcome::Ok((records, hwm)) => {
+                    serde_json::json!({"offset": position, "records": records.len(), "hwm": hwm})
+                }
+                _ => serde_json::json!({"offset": position}),
+            };
+            history.lock().unwrap().record("consumer", "fetch", &outcome_name(&fetched), detail);
+            let (records, hwm) = match fetched {
                 Outcome::Ok(answer) => answer,
                 Outcome::Failed(CORRUPT_READ) => {
                     let mut h = history.lock().unwrap();
@@ -224,7 +263,14 @@ async fn consumer(max_wait_ms: i32, history: Arc<Mutex<History>>) {
             }
             if let Some((last, _)) = records.last() {
                 position = last + 1;
-                match client.commit_offset(GROUP, TOPIC, 0, position).await {
+                let committed = client.commit_offset(GROUP, TOPIC, 0, position).await;
+                history.lock().unwrap().record(
+                    "consumer",
+                    "commit",
+                    &outcome_name(&committed),
+                    serde_json::json!({"offset": position}),
+                );
+                match committed {
                     Outcome::Ok(()) => history.lock().unwrap().commits_acked.push(position),
                     Outcome::Failed(_) => {}
                     Outcome::Indefinite => continue 'session,
@@ -398,6 +444,7 @@ pub fn run(seed: u64) -> RunResult {
     if violations.is_empty() {
         violations = check(&knobs, &h);
     }
+    let history_file = if violations.is_empty() { None } else { write_history(seed, &knobs, &h.log) };
     let mut trace = Digest::default();
     trace.feed_u64(h.events.finish());
     trace.feed_u64(volume.digest());
@@ -407,5 +454,21 @@ pub fn run(seed: u64) -> RunResult {
         trace: trace.finish(),
         sim_seconds: sim.elapsed().as_secs_f64(),
         violations,
+        history: history_file,
     }
+}
+
+/// Writes a failing seed's history as JSONL under target/sim-history/; returns its path.
+fn write_history(seed: u64, knobs: &Knobs, log: &[serde_json::Value]) -> Option<String> {
+    let dir = std::path::Path::new("target/sim-history");
+    std::fs::create_dir_all(dir).ok()?;
+    let path = dir.join(format!("smoke-{seed}.jsonl"));
+    let mut text = serde_json::json!({"knobs": format!("{knobs:?}")}).to_string();
+    text.push('\n');
+    for line in log {
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&path, text).ok()?;
+    Some(path.display().to_string())
 }
