@@ -28,6 +28,8 @@ const TOPIC: &str = "smoke";
 const GROUP: &str = "smoke-readers";
 /// A run that has not finished by then has failed its liveness check.
 const SIM_SECONDS_MAX: u64 = 600;
+/// Once the last fault is over, the workload must finish within this much simulated time.
+const LIVENESS_MS: u64 = 60_000;
 
 /// The seed's choice of workload and faults (swarm testing).
 #[derive(Debug, Clone)]
@@ -411,6 +413,7 @@ pub fn run(seed: u64) -> RunResult {
         knobs.partitions.iter().flat_map(|&(at, len)| [(at, true), (at + len, false)]).collect();
     network.sort_unstable();
     let mut network = network.into_iter().peekable();
+    let mut quiet_since: Option<u64> = None;
     loop {
         match sim.step() {
             Ok(true) => break,
@@ -438,6 +441,14 @@ pub fn run(seed: u64) -> RunResult {
             sim.crash("broker");
             volume.crash();
             sim.bounce("broker");
+        }
+        // The liveness phase: faults have stopped, so everything must converge, and soon.
+        if pending_crashes.is_empty() && network.peek().is_none() {
+            let since = *quiet_since.get_or_insert(now_ms);
+            if now_ms > since + LIVENESS_MS {
+                violations.push(format!("liveness: not done {} s after the last fault", LIVENESS_MS / 1000));
+                break;
+            }
         }
     }
     let h = history.lock().unwrap();
