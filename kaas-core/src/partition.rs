@@ -16,11 +16,21 @@ const QUEUE_CAPACITY: usize = 1024;
 /// Commands handled between two syncs at most, so acks are never starved by a busy queue.
 const GROUP_COMMIT_MAX: usize = 512;
 
+/// A partition's offsets as last published. `online` is false until the log has been opened
+/// and while it is being reopened after a failed write: the offsets are then stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Watermarks {
     pub log_start_offset: i64,
     pub high_watermark: i64,
     pub log_end_offset: i64,
+    pub online: bool,
+}
+
+/// Records read, with the watermarks of the log they were read from.
+#[derive(Debug, Clone)]
+pub struct ReadOutcome {
+    pub records: Bytes,
+    pub watermarks: Watermarks,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +47,7 @@ enum Command {
     Read {
         offset: i64,
         max_bytes: usize,
-        reply: oneshot::Sender<CoreResult<Bytes>>,
+        reply: oneshot::Sender<CoreResult<ReadOutcome>>,
     },
     OffsetForTime {
         timestamp: i64,
@@ -98,7 +108,9 @@ impl PartitionHandle {
         rx.await.ok()
     }
 
-    pub async fn read(&self, offset: i64, max_bytes: usize) -> CoreResult<Bytes> {
+    /// Records from `offset`, and the watermarks as of the read (not as last published, which
+    /// a partition still opening has not done yet).
+    pub async fn read(&self, offset: i64, max_bytes: usize) -> CoreResult<ReadOutcome> {
         self.ask(|reply| Command::Read { offset, max_bytes, reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 
@@ -180,13 +192,10 @@ impl<E: Env> PartitionActor<E> {
 
     fn publish(&self) {
         let Some(log) = &self.log else { return };
-        let now = Watermarks {
-            log_start_offset: log.log_start_offset(),
-            high_watermark: log.high_watermark(),
-            log_end_offset: log.log_end_offset(),
-        };
+        let now = watermarks_of(log);
         let before = *self.watermarks.borrow();
         assert!(now.high_watermark >= before.high_watermark, "the high watermark never moves back");
+        assert!(now.online);
         if now != before {
             self.watermarks.send_replace(now);
             if now.high_watermark != before.high_watermark {
@@ -252,6 +261,7 @@ impl<E: Env> PartitionActor<E> {
             let _ = reply.send(Err(CoreError::Storage(why.to_string())));
         }
         self.log = None;
+        self.watermarks.send_modify(|w| w.online = false);
     }
 
     async fn handle(
@@ -297,7 +307,9 @@ impl<E: Env> PartitionActor<E> {
                 }
             }
             Command::Read { offset, max_bytes, reply } => {
-                let _ = reply.send(log.read(offset, max_bytes).await.map(|r| r.records).map_err(CoreError::from));
+                let watermarks = watermarks_of(log);
+                let read = log.read(offset, max_bytes).await.map_err(CoreError::from);
+                let _ = reply.send(read.map(|r| ReadOutcome { records: r.records, watermarks }));
             }
             Command::OffsetForTime { timestamp, reply } => {
                 let _ = reply.send(log.offset_for_time(timestamp).await.map_err(CoreError::from));
@@ -336,6 +348,15 @@ impl<E: Env> PartitionActor<E> {
                 tracing::error!(dir = %self.dir, error = %e, "cannot remove partition directory");
             }
         }
+    }
+}
+
+fn watermarks_of<V: crate::env::Volume>(log: &PartitionLog<V>) -> Watermarks {
+    Watermarks {
+        log_start_offset: log.log_start_offset(),
+        high_watermark: log.high_watermark(),
+        log_end_offset: log.log_end_offset(),
+        online: true,
     }
 }
 

@@ -38,6 +38,8 @@ pub enum Outcome<T> {
 pub const CORRUPT_READ: i16 = -2;
 /// Kafka's OFFSET_OUT_OF_RANGE.
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+/// Kafka's KAFKA_STORAGE_ERROR: the broker's volume failed; the write's effect is unknown.
+pub const KAFKA_STORAGE_ERROR: i16 = 56;
 
 fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())

@@ -57,6 +57,24 @@ pub struct VolumeFaults {
     pub torn: Torn,
     /// Each sync takes between 0 and this many simulated milliseconds.
     pub sync_latency_ms_max: u64,
+    /// Chance in a thousand that an append, sync or atomic replace fails with EIO or ENOSPC.
+    /// A failed append writes nothing; a failed sync loses the file's unsynced bytes, as on
+    /// Linux; a failed replace leaves the old file.
+    pub io_error_per_mille: u32,
+}
+
+impl State {
+    /// Draws whether this operation fails, and with which error.
+    fn injected_error(&mut self) -> Option<io::Error> {
+        let per_mille = self.faults.io_error_per_mille;
+        let rng = self.rng.as_mut()?;
+        if per_mille == 0 || rng.random_range(0..1000) >= per_mille {
+            return None;
+        }
+        self.stats.injected_errors += 1;
+        let (errno, what) = if rng.random_bool(0.5) { (5, "EIO") } else { (28, "ENOSPC") };
+        Some(io::Error::new(io::Error::from_raw_os_error(errno).kind(), format!("injected {what}")))
+    }
 }
 
 #[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +83,7 @@ pub struct VolumeStats {
     pub syncs: u64,
     pub atomic_writes: u64,
     pub bytes_lost_in_crashes: u64,
+    pub injected_errors: u64,
 }
 
 #[derive(Clone, Default)]
@@ -190,6 +209,9 @@ impl Volume for SimVolume {
 
     async fn write_atomic(&self, path: &str, data: Bytes) -> io::Result<()> {
         let mut state = self.lock();
+        if let Some(e) = state.injected_error() {
+            return Err(e);
+        }
         state.next_inode += 1;
         let inode = state.next_inode;
         let len = data.len();
@@ -245,10 +267,26 @@ impl SimFile {
         let inode = inodes.get_mut(&self.inode).ok_or_else(|| not_found("removed file"))?;
         Ok(f(inode, stats))
     }
+
+    /// An injected failure for this operation, if the seed's dice say so. A failed sync also
+    /// drops the file's unsynced bytes: Linux marks the pages clean after reporting the error.
+    fn injected_error(&self, sync: bool) -> Option<io::Error> {
+        let mut state = self.state.lock().expect("volume lock");
+        let e = state.injected_error()?;
+        if sync && let Some(inode) = state.inodes.get_mut(&self.inode) {
+            let lost = inode.data.len() - inode.durable_len;
+            inode.data.truncate(inode.durable_len);
+            state.stats.bytes_lost_in_crashes += lost as u64;
+        }
+        Some(e)
+    }
 }
 
 impl VolumeFile for SimFile {
     async fn append(&self, data: Bytes) -> io::Result<u64> {
+        if let Some(e) = self.injected_error(false) {
+            return Err(e);
+        }
         self.with(|inode, stats| {
             let position = inode.data.len() as u64;
             inode.data.extend_from_slice(&data);
@@ -270,6 +308,9 @@ impl VolumeFile for SimFile {
         };
         if latency_ms > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(latency_ms)).await;
+        }
+        if let Some(e) = self.injected_error(true) {
+            return Err(e);
         }
         self.with(|inode, stats| {
             inode.durable_len = inode.durable_len.max(len.min(inode.data.len()));

@@ -61,7 +61,8 @@ async fn a_crash_loses_unsynced_bytes_and_keeps_synced_ones() {
 async fn torn_writes_keep_whole_blocks_and_zero_the_gaps() {
     use kaas_sim::volume::{Torn, VolumeFaults};
     for seed in 0..20 {
-        let volume = SimVolume::new(seed, VolumeFaults { torn: Torn::Scattered, sync_latency_ms_max: 0 });
+        let volume =
+            SimVolume::new(seed, VolumeFaults { torn: Torn::Scattered, sync_latency_ms_max: 0, io_error_per_mille: 0 });
         let file = volume.open("f").await.unwrap();
         file.append(bytes::Bytes::from(vec![1u8; 100])).await.unwrap();
         file.sync().await.unwrap();

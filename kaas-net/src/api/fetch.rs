@@ -76,21 +76,30 @@ async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, ver
                 partitions.push(data.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
                 continue;
             };
-            let marks = partition.watermarks();
-            let data = data
-                .with_high_watermark(marks.high_watermark)
-                .with_last_stable_offset(marks.high_watermark)
-                .with_log_start_offset(marks.log_start_offset);
             if remaining == 0 {
+                let marks = partition.watermarks();
+                if !marks.online {
+                    partitions.push(data.with_error_code(ResponseError::KafkaStorageError.code()));
+                    continue;
+                }
+                let data = data
+                    .with_high_watermark(marks.high_watermark)
+                    .with_last_stable_offset(marks.high_watermark)
+                    .with_log_start_offset(marks.log_start_offset);
                 partitions.push(data.with_records(Some(Default::default())));
                 continue;
             }
             let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
             match partition.read(p.fetch_offset, limit).await {
-                Ok(records) => {
-                    remaining = remaining.saturating_sub(records.len());
-                    total += records.len();
-                    partitions.push(data.with_records(Some(records)));
+                Ok(read) => {
+                    let marks = read.watermarks;
+                    remaining = remaining.saturating_sub(read.records.len());
+                    total += read.records.len();
+                    let data = data
+                        .with_high_watermark(marks.high_watermark)
+                        .with_last_stable_offset(marks.high_watermark)
+                        .with_log_start_offset(marks.log_start_offset);
+                    partitions.push(data.with_records(Some(read.records)));
                 }
                 Err(e) => partitions.push(data.with_error_code(error::code(&e))),
             }

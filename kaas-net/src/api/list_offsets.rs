@@ -51,6 +51,10 @@ async fn lookup(
     base: ListOffsetsPartitionResponse,
 ) -> ListOffsetsPartitionResponse {
     let marks = partition.watermarks();
+    if !marks.online {
+        // Stale offsets would be a wrong answer; the client retries.
+        return base.with_error_code(ResponseError::KafkaStorageError.code()).with_offset(-1).with_timestamp(-1);
+    }
     let found = |offset: i64, ts: i64| base.clone().with_offset(offset).with_timestamp(ts);
     match timestamp {
         LATEST => found(marks.high_watermark, -1),

@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{Digest, RunResult};
-use crate::client::{CORRUPT_READ, OFFSET_OUT_OF_RANGE, Outcome, WireClient};
+use crate::client::{CORRUPT_READ, KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, Outcome, WireClient};
 use crate::hosts::{self, BROKER_PORT};
 use crate::volume::{SimVolume, Torn, VolumeFaults};
 
@@ -91,7 +91,11 @@ impl Knobs {
                 .map(|_| (rng.random_range(50..3000), rng.random_range(100..3000)))
                 .collect(),
             clock_skew_ms: rng.random_range(-5000..=5000),
-            faults: VolumeFaults { torn, sync_latency_ms_max },
+            faults: VolumeFaults {
+                torn,
+                sync_latency_ms_max,
+                io_error_per_mille: if rng.random_bool(0.3) { rng.random_range(1..=20) } else { 0 },
+            },
         }
     }
 }
@@ -184,6 +188,11 @@ async fn producer(id: usize, knobs: Knobs, history: Arc<Mutex<History>>) {
                     h.events.feed_u64(batch as u64);
                     h.events.feed_u64(base as u64);
                     break;
+                }
+                Outcome::Failed(KAFKA_STORAGE_ERROR) => {
+                    // The volume failed mid-write: the batch may or may not be in the log.
+                    history.lock().unwrap().indefinite.insert(batch);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Outcome::Failed(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                 Outcome::Indefinite => {
