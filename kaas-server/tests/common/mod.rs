@@ -37,6 +37,18 @@ impl Kaas {
     }
 
     fn spawn(&mut self) {
+        // A free port can be taken by a parallel test between our probe and the broker's bind:
+        // then our broker exits, and we try another port.
+        for _ in 0..10 {
+            if self.try_spawn() {
+                return;
+            }
+            self.port = free_port();
+        }
+        panic!("kaas did not start on any of 10 ports");
+    }
+
+    fn try_spawn(&mut self) -> bool {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kaas"));
         cmd.arg("serve")
             .arg("--data-dir")
@@ -49,12 +61,26 @@ impl Kaas {
         for s in &self.settings {
             cmd.arg("--set").arg(s);
         }
-        self.child = Some(cmd.spawn().expect("start kaas"));
+        let mut child = cmd.spawn().expect("start kaas");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(self.bootstrap()).is_err() {
+        loop {
+            if child.try_wait().expect("poll kaas").is_some() {
+                return false;
+            }
+            if TcpStream::connect(self.bootstrap()).is_ok() {
+                break;
+            }
             assert!(Instant::now() < deadline, "kaas did not start listening");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Whoever answered, our broker must still be running: if the port was someone else's,
+        // ours has exited by now on its failed bind.
+        std::thread::sleep(Duration::from_millis(100));
+        if child.try_wait().expect("poll kaas").is_some() {
+            return false;
+        }
+        self.child = Some(child);
+        true
     }
 
     /// SIGKILL: no flush, no shutdown path; only what was synced survives.
