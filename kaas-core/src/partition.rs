@@ -195,7 +195,6 @@ impl<E: Env> PartitionActor<E> {
         let now = watermarks_of(log);
         let before = *self.watermarks.borrow();
         assert!(now.high_watermark >= before.high_watermark, "the high watermark never moves back");
-        assert!(now.online);
         if now != before {
             self.watermarks.send_replace(now);
             if now.high_watermark != before.high_watermark {

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use kaas_core::env::{Clock, Env};
 use kaas_core::topics::MetadataSnapshot;
 use kafka_protocol::ResponseError;
@@ -76,32 +78,30 @@ async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, ver
                 partitions.push(data.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
                 continue;
             };
-            if remaining == 0 {
+            // With the response's byte budget spent, the partition is answered from its published
+            // watermarks and no records; otherwise from a read, with the watermarks it saw.
+            let answer = if remaining == 0 {
                 let marks = partition.watermarks();
-                if !marks.online {
-                    partitions.push(data.with_error_code(ResponseError::KafkaStorageError.code()));
-                    continue;
-                }
-                let data = data
-                    .with_high_watermark(marks.high_watermark)
-                    .with_last_stable_offset(marks.high_watermark)
-                    .with_log_start_offset(marks.log_start_offset);
-                partitions.push(data.with_records(Some(Default::default())));
-                continue;
-            }
-            let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
-            match partition.read(p.fetch_offset, limit).await {
-                Ok(read) => {
-                    let marks = read.watermarks;
-                    remaining = remaining.saturating_sub(read.records.len());
-                    total += read.records.len();
+                if marks.online { Ok((Bytes::new(), marks)) } else { Err(ResponseError::KafkaStorageError.code()) }
+            } else {
+                let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
+                partition
+                    .read(p.fetch_offset, limit)
+                    .await
+                    .map(|r| (r.records, r.watermarks))
+                    .map_err(|e| error::code(&e))
+            };
+            match answer {
+                Ok((records, marks)) => {
+                    remaining = remaining.saturating_sub(records.len());
+                    total += records.len();
                     let data = data
                         .with_high_watermark(marks.high_watermark)
                         .with_last_stable_offset(marks.high_watermark)
                         .with_log_start_offset(marks.log_start_offset);
-                    partitions.push(data.with_records(Some(read.records)));
+                    partitions.push(data.with_records(Some(records)));
                 }
-                Err(e) => partitions.push(data.with_error_code(error::code(&e))),
+                Err(code) => partitions.push(data.with_error_code(code)),
             }
         }
         let response = FetchableTopicResponse::default().with_topic_id(t.topic_id).with_partitions(partitions);
