@@ -1,9 +1,7 @@
 //! The first proof that the seams are real: the production broker in a turmoil host serves a
 //! simulated wire client, survives a crash with torn writes, and a seed replays bit for bit.
 
-use kaas_core::env::{Volume, VolumeFile};
 use kaas_sim::scenarios::smoke;
-use kaas_sim::volume::SimVolume;
 
 #[test]
 fn smoke_seeds_pass() {
@@ -40,38 +38,4 @@ fn every_mutant_is_caught() {
     let (ok, out) = kaas_sim(&["mutants", "--seeds", "0..2000"]);
     assert!(ok, "a mutant survived:\n{out}");
     assert_eq!(out.lines().filter(|l| l.contains("caught_by_seed=")).count(), 5, "{out}");
-}
-
-#[tokio::test]
-async fn a_crash_loses_unsynced_bytes_and_keeps_synced_ones() {
-    let volume = SimVolume::default();
-    let file = volume.open("p/00.log").await.unwrap();
-    file.append(bytes::Bytes::from_static(b"durable")).await.unwrap();
-    file.sync().await.unwrap();
-    file.append(bytes::Bytes::from(vec![7u8; 2000])).await.unwrap();
-    volume.crash();
-    assert_eq!(volume.contents("p/00.log").unwrap(), b"durable");
-    volume.write_atomic("p/state.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
-    volume.crash();
-    assert_eq!(volume.contents("p/state.json").unwrap(), b"{}");
-    assert_eq!(volume.list("p").await.unwrap(), vec!["00.log".to_string(), "state.json".to_string()]);
-}
-
-#[tokio::test]
-async fn torn_writes_keep_whole_blocks_and_zero_the_gaps() {
-    use kaas_sim::volume::{Torn, VolumeFaults};
-    for seed in 0..20 {
-        let volume =
-            SimVolume::new(seed, VolumeFaults { torn: Torn::Scattered, sync_latency_ms_max: 0, io_error_per_mille: 0 });
-        let file = volume.open("f").await.unwrap();
-        file.append(bytes::Bytes::from(vec![1u8; 100])).await.unwrap();
-        file.sync().await.unwrap();
-        file.append(bytes::Bytes::from(vec![7u8; 5000])).await.unwrap();
-        volume.crash();
-        let data = volume.contents("f").unwrap();
-        assert!(data.len() >= 100 && data[..100].iter().all(|b| *b == 1), "synced bytes survive");
-        for block in data[100..].chunks(512) {
-            assert!(block.iter().all(|b| *b == 7) || block.iter().all(|b| *b == 0), "whole blocks only");
-        }
-    }
 }

@@ -26,6 +26,7 @@ pub fn add_broker(
     config: BrokerConfig,
 ) {
     let boots = Arc::new(AtomicU64::new(0));
+    let volume = volume.for_host(name);
     sim.host(name, move || {
         let volume = volume.clone();
         let config = config.clone();

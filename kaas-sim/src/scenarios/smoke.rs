@@ -448,7 +448,7 @@ pub fn run(seed: u64) -> RunResult {
         if let Some(i) = due {
             pending_crashes.remove(i);
             sim.crash("broker");
-            volume.crash();
+            volume.crash("broker");
             sim.bounce("broker");
         }
         // The liveness phase: faults have stopped, so everything must converge, and soon.
@@ -464,6 +464,7 @@ pub fn run(seed: u64) -> RunResult {
     if violations.is_empty() {
         violations = check(&knobs, &h);
     }
+    violations.extend(volume.violations());
     let history_file = if violations.is_empty() { None } else { write_history(seed, &knobs, &h.log) };
     let mut trace = Digest::default();
     trace.feed_u64(h.events.finish());
