@@ -8,6 +8,8 @@ use crate::log::batch::BatchError;
 pub enum CoreError {
     // Topics and partitions.
     UnknownTopicOrPartition,
+    /// This broker does not lead the partition now; retriable, nothing was written.
+    NotLeaderOrFollower,
     TopicAlreadyExists,
     InvalidTopic(String),
     InvalidPartitions(String),

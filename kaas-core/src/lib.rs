@@ -17,6 +17,22 @@ macro_rules! mutant {
     }};
 }
 
+/// True when the BUGGIFY site named by the string fires on this visit (`sim::buggify`): a
+/// simulation widening a race window. Always false without the `sim` feature.
+#[macro_export]
+macro_rules! buggify {
+    ($site:literal) => {{
+        #[cfg(feature = "sim")]
+        {
+            $crate::sim::buggify($site)
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            false
+        }
+    }};
+}
+
 pub mod broker;
 pub mod config;
 pub mod env;

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::PartitionSettings;
-use crate::env::{Clock, Env, Spawner};
+use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::log::batch::BatchHeader;
 use crate::log::{LogConfig, PartitionLog};
@@ -231,6 +231,10 @@ impl<E: Env> PartitionActor<E> {
 
     /// One sync for every append of the group, then every ack.
     async fn finish_group(&mut self, acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>) {
+        if crate::buggify!("partition.slow_sync") {
+            // Widens the window in which appends are written but neither durable nor acked.
+            self.env.clock().sleep_ms(self.env.rng().below(50)).await;
+        }
         let Some(log) = self.log.as_mut() else {
             for (reply, _) in acks.drain(..) {
                 let _ = reply.send(Err(CoreError::Storage("partition log unavailable".into())));
@@ -275,6 +279,10 @@ impl<E: Env> PartitionActor<E> {
             return;
         };
         match command {
+            Command::Append { reply: Some(reply), .. } if crate::buggify!("partition.not_leader") => {
+                // A retriable refusal before anything is written, as a moving leader gives.
+                let _ = reply.send(Err(CoreError::NotLeaderOrFollower));
+            }
             Command::Append { batches, reply } => {
                 if batches.iter().any(|(h, _)| h.total_len() > max_message_bytes) {
                     if let Some(reply) = reply {
@@ -306,6 +314,8 @@ impl<E: Env> PartitionActor<E> {
                 }
             }
             Command::Read { offset, max_bytes, reply } => {
+                // A short read still holds a whole batch: consumers must cope with any split.
+                let max_bytes = if crate::buggify!("partition.short_read") { 1 } else { max_bytes };
                 let watermarks = watermarks_of(log);
                 let read = log.read(offset, max_bytes).await.map_err(CoreError::from);
                 let _ = reply.send(read.map(|r| ReadOutcome { records: r.records, watermarks }));

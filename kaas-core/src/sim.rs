@@ -1,9 +1,17 @@
-//! Simulation-only hooks. `mutant!(Name)` is a deliberate bug that the simulator must catch
-//! (`kaas-sim mutants`); it is `false` in a build without the `sim` feature, so production code
-//! pays nothing. A mutant is switched on per thread: turmoil runs a whole simulation on the
-//! calling thread, so one run sees exactly the mutant it was given.
+//! Simulation-only hooks, both `false` in a build without the `sim` feature, so production code
+//! pays nothing:
+//! - `mutant!(Name)` is a deliberate bug that the simulator must catch (`kaas-sim mutants`).
+//! - `buggify!("site")` widens a race window (FoundationDB's BUGGIFY): a site is enabled or not
+//!   per seed, the first time it is reached, and an enabled site fires on some of its visits.
+//!
+//! Both are switched on per thread: turmoil runs a whole simulation on the calling thread, so
+//! one run sees exactly the mutant and the BUGGIFY seed it was given.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mutant {
@@ -59,4 +67,71 @@ pub fn current() -> Option<Mutant> {
 
 pub fn active(mutant: Mutant) -> bool {
     ACTIVE.with(|a| a.get() == Some(mutant))
+}
+
+/// Chance that a site is enabled for a seed, and that an enabled site fires on a visit.
+const SITE_ENABLED: f64 = 0.25;
+const SITE_FIRES: f64 = 0.05;
+
+struct Buggify {
+    rng: ChaCha8Rng,
+    /// Each site's coin, tossed on its first visit. A BTreeMap: the order of visits, not of
+    /// hashing, decides what the rng hands out.
+    sites: BTreeMap<&'static str, bool>,
+}
+
+thread_local! {
+    static BUGGIFY: RefCell<Option<Buggify>> = const { RefCell::new(None) };
+}
+
+/// Turns BUGGIFY on for simulations run on this thread, drawing from `seed`, or off (`None`).
+pub fn set_buggify(seed: Option<u64>) {
+    BUGGIFY.with(|b| {
+        *b.borrow_mut() = seed.map(|s| Buggify { rng: ChaCha8Rng::seed_from_u64(s), sites: BTreeMap::new() })
+    });
+}
+
+/// Whether `site` fires on this visit. Always false while BUGGIFY is off.
+pub fn buggify(site: &'static str) -> bool {
+    BUGGIFY.with(|b| {
+        let mut b = b.borrow_mut();
+        let Some(Buggify { rng, sites }) = b.as_mut() else { return false };
+        let enabled = *sites.entry(site).or_insert_with(|| rng.random_bool(SITE_ENABLED));
+        enabled && rng.random_bool(SITE_FIRES)
+    })
+}
+
+/// The sites this run has enabled so far, for a failing seed's report.
+pub fn buggify_enabled() -> Vec<&'static str> {
+    BUGGIFY
+        .with(|b| b.borrow().as_ref().map(|b| b.sites.iter().filter(|(_, on)| **on).map(|(s, _)| *s).collect()))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn visits(seed: u64) -> (Vec<bool>, Vec<&'static str>) {
+        set_buggify(Some(seed));
+        let fired = (0..2000).map(|i| buggify(if i % 2 == 0 { "a" } else { "b" })).collect();
+        let enabled = buggify_enabled();
+        set_buggify(None);
+        (fired, enabled)
+    }
+
+    #[test]
+    fn sites_are_chosen_per_seed_and_replay_exactly() {
+        assert_eq!(visits(7), visits(7), "a seed replays its sites and its fires");
+        let runs: Vec<_> = (0..40).map(visits).collect();
+        assert!(runs.iter().any(|(_, on)| on.is_empty()), "some seeds leave every site off");
+        assert!(runs.iter().any(|(_, on)| !on.is_empty()), "some seeds enable a site");
+        for (fired, on) in &runs {
+            let fires = fired.iter().filter(|f| **f).count();
+            // An enabled site fires on about 5% of its 1000 visits; a disabled one never.
+            assert!(fires <= on.len() * 100, "{fires} fires with sites {on:?}");
+            assert_eq!(fires == 0, on.is_empty(), "{fires} fires with sites {on:?}");
+        }
+        assert!(!buggify("a"), "off once the run is over");
+    }
 }

@@ -6,6 +6,7 @@ use kafka_protocol::ResponseError as K;
 pub fn code(e: &CoreError) -> i16 {
     let kafka = match e {
         CoreError::UnknownTopicOrPartition => K::UnknownTopicOrPartition,
+        CoreError::NotLeaderOrFollower => K::NotLeaderOrFollower,
         CoreError::TopicAlreadyExists => K::TopicAlreadyExists,
         CoreError::InvalidTopic(_) => K::InvalidTopicException,
         CoreError::InvalidPartitions(_) => K::InvalidPartitions,

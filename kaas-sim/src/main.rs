@@ -55,7 +55,7 @@ fn run(args: &[String]) -> Result<bool, String> {
             if let Some(m) = file["mutant"].as_str() {
                 set_mutant(Some(Mutant::from_name(m).ok_or_else(|| format!("unknown mutant {m}"))?));
             }
-            Ok(one(scenario, seed, false, false))
+            Ok(one(scenario, seed, false, false).pass)
         }
         _ => Err("unknown command".into()),
     }
@@ -99,8 +99,22 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
     };
     let mut all_passed = true;
     for s in chosen {
+        let (mut passed, mut sim_s, mut wall_s) = (0, 0.0, 0.0);
         for seed in seeds.clone() {
-            all_passed &= one(s, seed, check_determinism, true);
+            let run = one(s, seed, check_determinism, true);
+            passed += usize::from(run.pass);
+            sim_s += run.sim_seconds;
+            wall_s += run.wall_seconds;
+        }
+        all_passed &= passed == seeds.clone().count();
+        if seeds.end - seeds.start > 1 {
+            // Simulated seconds per wall second, the simulator's speed (aim: 100x or more).
+            let ratio = sim_s / wall_s.max(1e-9);
+            println!(
+                "summary scenario={} seeds={} passed={passed} sim_s={sim_s:.1} wall_s={wall_s:.1} speed={ratio:.0}x",
+                s.name,
+                seeds.end - seeds.start
+            );
         }
     }
     Ok(all_passed)
@@ -158,8 +172,7 @@ fn isolated(scenario: &'static Scenario, seed: u64) -> RunResult {
     if let Some(m) = kaas_core::sim::current() {
         cmd.arg(m.name());
     }
-    let failed =
-        |why: String| RunResult { pass: false, trace: 0, sim_seconds: 0.0, violations: vec![why], history: None };
+    let failed = |why: String| RunResult { violations: vec![why], ..RunResult::default() };
     let output = match cmd.output() {
         Ok(output) => output,
         Err(e) => return failed(format!("cannot run the seed's process: {e}")),
@@ -185,8 +198,15 @@ fn run_one(args: &[String]) -> Result<bool, String> {
     Ok(true)
 }
 
+/// What one seed came to, as `run` adds it up.
+struct Ran {
+    pass: bool,
+    sim_seconds: f64,
+    wall_seconds: f64,
+}
+
 /// Runs one seed, prints its line, and on a failure writes the seed file.
-fn one(scenario: &'static Scenario, seed: u64, check_determinism: bool, write_seed_file: bool) -> bool {
+fn one(scenario: &'static Scenario, seed: u64, check_determinism: bool, write_seed_file: bool) -> Ran {
     let started = Instant::now();
     let mut result: RunResult = isolated(scenario, seed);
     if check_determinism {
@@ -224,6 +244,7 @@ fn one(scenario: &'static Scenario, seed: u64, check_determinism: bool, write_se
             "seed": seed,
             "scenario": scenario.name,
             "mutant": mutant.map(Mutant::name),
+            "options": result.options,
             "violations": result.violations.iter().take(VIOLATIONS_SHOWN).collect::<Vec<_>>(),
             "violations_total": result.violations.len(),
             "history": result.history,
@@ -235,5 +256,5 @@ fn one(scenario: &'static Scenario, seed: u64, check_determinism: bool, write_se
             Err(e) => println!("  cannot write {path}: {e}"),
         }
     }
-    result.pass
+    Ran { pass: result.pass, sim_seconds: result.sim_seconds, wall_seconds: wall }
 }

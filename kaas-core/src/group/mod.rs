@@ -381,6 +381,10 @@ impl<E: Env> GroupCoordinator<E> {
         let group = self.group_mut(&request.group_id);
         group.check_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
         group.touch(&request.member_id, now);
+        if crate::buggify!("groups.slow_commit") {
+            // A slow volume: the coordinator stalls with the commit neither durable nor answered.
+            self.env.clock().sleep_ms(self.env.rng().below(200)).await;
+        }
         let now_ms = self.env.clock().now_ms();
         self.offsets.commit(&request.group_id, request.offsets, now_ms).await
     }

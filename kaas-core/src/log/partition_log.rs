@@ -178,7 +178,8 @@ impl<V: Volume> PartitionLog<V> {
         let data = super::batch::with_base_offset(&data, base_offset);
         let header = BatchHeader { base_offset, ..*header };
         let active = self.active();
-        if active.size() > 0 && active.size() + data.len() as u64 > self.config.segment_bytes {
+        let full = active.size() + data.len() as u64 > self.config.segment_bytes;
+        if active.size() > 0 && (full || crate::buggify!("log.early_roll")) {
             self.roll().await?;
         }
         let interval = self.config.index_interval_bytes;

@@ -3,7 +3,7 @@
 pub mod smoke;
 
 /// What one seed of one scenario came to.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     pub pass: bool,
     /// A digest of everything observable: client outcomes and the final volume.
@@ -14,6 +14,9 @@ pub struct RunResult {
     /// Where a failing run's JSONL history (every client call, outcome and time) was written.
     #[serde(default)]
     pub history: Option<String>,
+    /// What the seed chose: the scenario's knobs and the BUGGIFY sites it enabled.
+    #[serde(default)]
+    pub options: String,
 }
 
 pub struct Scenario {

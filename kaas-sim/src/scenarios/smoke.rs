@@ -51,6 +51,8 @@ struct Knobs {
     /// How far the broker's wall clock is off.
     clock_skew_ms: i64,
     faults: VolumeFaults,
+    /// The seed of the broker's BUGGIFY sites, or none to leave them off.
+    buggify: Option<u64>,
 }
 
 /// A crash trigger: after a number of acked batches, or at a simulated time.
@@ -96,6 +98,7 @@ impl Knobs {
                 sync_latency_ms_max,
                 io_error_per_mille: if rng.random_bool(0.3) { rng.random_range(1..=20) } else { 0 },
             },
+            buggify: rng.random_bool(0.75).then(|| rng.random()),
         }
     }
 }
@@ -404,6 +407,7 @@ pub fn run(seed: u64) -> RunResult {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let knobs = Knobs::from_seed(&mut rng);
     let volume = SimVolume::new(rng.random(), knobs.faults);
+    kaas_core::sim::set_buggify(knobs.buggify);
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .simulation_duration(Duration::from_secs(SIM_SECONDS_MAX))
@@ -470,7 +474,10 @@ pub fn run(seed: u64) -> RunResult {
     trace.feed_u64(h.events.finish());
     trace.feed_u64(volume.digest());
     trace.feed_u64(sim.elapsed().as_millis() as u64);
+    let options = format!("{knobs:?} buggify_sites={:?}", kaas_core::sim::buggify_enabled());
+    kaas_core::sim::set_buggify(None);
     RunResult {
+        options,
         pass: violations.is_empty(),
         trace: trace.finish(),
         sim_seconds: sim.elapsed().as_secs_f64(),
