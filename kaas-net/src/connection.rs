@@ -56,7 +56,11 @@ where
     let ctx = Context { broker, peer };
     let (mut reader, writer) = tokio::io::split(stream);
     let (slots, slots_rx) = mpsc::channel(IN_FLIGHT_MAX);
-    spawner.spawn("connection-writer", write_responses(writer, slots_rx));
+    let (written, all_written) = oneshot::channel::<()>();
+    spawner.spawn("connection-writer", async move {
+        write_responses(writer, slots_rx).await;
+        drop(written);
+    });
     loop {
         let frame = tokio::select! {
             biased;
@@ -93,6 +97,9 @@ where
             break; // the writer failed: the peer is gone
         }
     }
+    // The connection is over when the writer has answered everything read before the end.
+    drop(slots);
+    let _ = all_written.await;
 }
 
 async fn write_responses<W: AsyncWrite + Unpin>(writer: W, mut slots: mpsc::Receiver<Slot>) {

@@ -4,13 +4,15 @@
 use std::sync::Arc;
 
 use kaas_core::Broker;
-use kaas_core::env::{Env, Listener, Spawner};
+use kaas_core::env::{Clock, Env, Listener, Spawner};
 use tokio::sync::{Semaphore, watch};
 
 use crate::connection;
 
 /// Connections served at once; further clients wait in the listen backlog.
 pub const CONNECTIONS_MAX: usize = 10_000;
+/// On shutdown, how long open connections get to answer what they have already read.
+const DRAIN_MS_MAX: u64 = 10_000;
 const ACCEPT_BACKOFF_MS_MAX: u64 = 1000;
 
 /// Flipped to true once to stop accepting and close every connection between requests.
@@ -26,7 +28,8 @@ impl<E: Env> Server<E> {
         Server { broker, listener }
     }
 
-    /// Accepts until `shutdown` turns true.
+    /// Accepts until `shutdown` turns true, then waits (a bounded time) for every connection
+    /// to answer the requests it has read and close.
     pub async fn run(self, mut shutdown: ShutdownSignal) {
         let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));
         let mut backoff_ms = 1;
@@ -34,7 +37,7 @@ impl<E: Env> Server<E> {
             let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
             let accepted = tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|stop| *stop) => return,
+                _ = shutdown.wait_for(|stop| *stop) => break,
                 accepted = self.listener.accept() => accepted,
             };
             match accepted {
@@ -52,6 +55,15 @@ impl<E: Env> Server<E> {
                     tokio::time::sleep(std::time::Duration::from_millis(backoff_ms)).await;
                     backoff_ms = (backoff_ms * 2).min(ACCEPT_BACKOFF_MS_MAX);
                 }
+            }
+        }
+        // Each connection holds a permit until its last answer is written.
+        let all = u32::try_from(CONNECTIONS_MAX).expect("fits");
+        tokio::select! {
+            biased;
+            _ = limit.acquire_many(all) => {}
+            _ = self.broker.env.clock().sleep_ms(DRAIN_MS_MAX) => {
+                tracing::warn!("connections still open after {DRAIN_MS_MAX} ms of shutdown: dropping them");
             }
         }
     }

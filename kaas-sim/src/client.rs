@@ -59,16 +59,45 @@ impl WireClient {
         Req: Encodable + HeaderVersion,
         Resp: Decodable,
     {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.call_unbounded(key, version, request))
-            .await
-            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+        self.call_within(REQUEST_TIMEOUT, key, version, request).await
     }
 
-    async fn call_unbounded<Req, Resp>(&mut self, key: ApiKey, version: i16, request: &Req) -> io::Result<Resp>
+    /// `call` with its own timeout, for requests the broker may hold (JoinGroup).
+    pub async fn call_within<Req, Resp>(
+        &mut self,
+        timeout: std::time::Duration,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> io::Result<Resp>
     where
         Req: Encodable + HeaderVersion,
         Resp: Decodable,
     {
+        tokio::time::timeout(timeout, self.call_unbounded(key, version, request))
+            .await
+            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+    }
+
+    /// Sends a request that gets no response (Produce with acks=0).
+    async fn send_only<Req: Encodable + HeaderVersion>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> io::Result<()> {
+        let frame = self.frame(key, version, request)?;
+        tokio::time::timeout(REQUEST_TIMEOUT, self.stream.write_all(&frame))
+            .await
+            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+    }
+
+    fn frame<Req: Encodable + HeaderVersion>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> io::Result<BytesMut> {
         self.correlation_id += 1;
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
@@ -81,6 +110,15 @@ impl WireClient {
         let mut frame = BytesMut::with_capacity(body.len() + 4);
         frame.put_i32(body.len() as i32);
         frame.put_slice(&body);
+        Ok(frame)
+    }
+
+    async fn call_unbounded<Req, Resp>(&mut self, key: ApiKey, version: i16, request: &Req) -> io::Result<Resp>
+    where
+        Req: Encodable + HeaderVersion,
+        Resp: Decodable,
+    {
+        let frame = self.frame(key, version, request)?;
         self.stream.write_all(&frame).await?;
         let size = self.stream.read_i32().await?;
         let mut buf = vec![0u8; size.max(0) as usize];
@@ -111,6 +149,19 @@ impl WireClient {
 
     /// Produces one uncompressed batch of `values` with acks=all; the base offset on success.
     pub async fn produce(&mut self, topic: &str, partition: i32, values: &[Bytes], timestamp_ms: i64) -> Outcome<i64> {
+        self.produce_acks(topic, partition, values, timestamp_ms, -1).await
+    }
+
+    /// Produces one batch with the given acks (-1, 1 or 0). With acks=0 nothing comes back, so
+    /// the outcome is always indefinite.
+    pub async fn produce_acks(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        values: &[Bytes],
+        timestamp_ms: i64,
+        acks: i16,
+    ) -> Outcome<i64> {
         let records: Vec<Record> = values
             .iter()
             .enumerate()
@@ -135,11 +186,15 @@ impl WireClient {
         if RecordBatchEncoder::encode(&mut batch, records.iter(), &options).is_err() {
             return Outcome::Failed(-1);
         }
-        let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+        let request = ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![
             TopicProduceData::default().with_name(TopicName(text(topic))).with_partition_data(vec![
                 PartitionProduceData::default().with_index(partition).with_records(Some(batch.freeze())),
             ]),
         ]);
+        if acks == 0 {
+            let _ = self.send_only(ApiKey::Produce, 9, &request).await;
+            return Outcome::Indefinite;
+        }
         match self.call::<_, ProduceResponse>(ApiKey::Produce, 9, &request).await {
             Err(_) => Outcome::Indefinite,
             Ok(response) => {
@@ -175,10 +230,23 @@ impl WireClient {
 
     /// Commits `offset` for one partition as a standalone consumer (generation -1).
     pub async fn commit_offset(&mut self, group: &str, topic: &str, partition: i32, offset: i64) -> Outcome<()> {
+        self.commit_as(group, &Member::default(), topic, partition, offset).await
+    }
+
+    /// Commits `offset` for one partition as `member` of the group's current generation.
+    pub async fn commit_as(
+        &mut self,
+        group: &str,
+        member: &Member,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Outcome<()> {
         use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
         let request = OffsetCommitRequest::default()
             .with_group_id(GroupId(text(group)))
-            .with_generation_id_or_member_epoch(-1)
+            .with_generation_id_or_member_epoch(member.generation)
+            .with_member_id(text(&member.member_id))
             .with_topics(vec![OffsetCommitRequestTopic::default().with_name(TopicName(text(topic))).with_partitions(
                 vec![
                 OffsetCommitRequestPartition::default().with_partition_index(partition).with_committed_offset(offset),
@@ -239,5 +307,133 @@ impl WireClient {
             }
         }
         Outcome::Ok((out, p.high_watermark))
+    }
+}
+
+/// A group member's identity in one generation; the default is a standalone consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub member_id: String,
+    pub generation: i32,
+}
+
+impl Default for Member {
+    fn default() -> Self {
+        Member { member_id: String::new(), generation: -1 }
+    }
+}
+
+/// What JoinGroup answered: this member's identity, and the members to assign if it leads.
+#[derive(Debug, Clone)]
+pub struct Joined {
+    pub member: Member,
+    /// Every member id of the generation, sorted, when this member is the leader; else empty.
+    pub members: Vec<String>,
+}
+
+/// Kafka's MEMBER_ID_REQUIRED: JoinGroup v4+ hands out the id and asks to join again with it.
+const MEMBER_ID_REQUIRED: i16 = 79;
+
+/// The classic group protocol. The broker keeps the assignment opaque, so the simulated members
+/// exchange it as a plain list of big-endian partition numbers.
+impl WireClient {
+    /// Joins (or rejoins as `member_id`) and waits for the generation to form.
+    pub async fn join_group(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        session_timeout_ms: i32,
+        rebalance_timeout_ms: i32,
+    ) -> Outcome<Joined> {
+        use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+        let mut member_id = member_id.to_string();
+        loop {
+            let request = JoinGroupRequest::default()
+                .with_group_id(GroupId(text(group)))
+                .with_session_timeout_ms(session_timeout_ms)
+                .with_rebalance_timeout_ms(rebalance_timeout_ms)
+                .with_member_id(text(&member_id))
+                .with_protocol_type(text("consumer"))
+                .with_protocols(vec![
+                    JoinGroupRequestProtocol::default().with_name(text("sim")).with_metadata(Bytes::new()),
+                ]);
+            let timeout = std::time::Duration::from_millis(rebalance_timeout_ms as u64) + REQUEST_TIMEOUT;
+            let response: JoinGroupResponse = match self.call_within(timeout, ApiKey::JoinGroup, 7, &request).await {
+                Ok(r) => r,
+                Err(_) => return Outcome::Indefinite,
+            };
+            match response.error_code {
+                0 => {
+                    let mut members: Vec<String> = response.members.iter().map(|m| m.member_id.to_string()).collect();
+                    members.sort();
+                    let member =
+                        Member { member_id: response.member_id.to_string(), generation: response.generation_id };
+                    return Outcome::Ok(Joined { member, members });
+                }
+                MEMBER_ID_REQUIRED if member_id.is_empty() => member_id = response.member_id.to_string(),
+                code => return Outcome::Failed(code),
+            }
+        }
+    }
+
+    /// Hands in the assignment (the leader) or fetches it (a follower): this member's partitions.
+    pub async fn sync_group(
+        &mut self,
+        group: &str,
+        member: &Member,
+        assignments: &[(String, Vec<i32>)],
+        rebalance_timeout_ms: i32,
+    ) -> Outcome<Vec<i32>> {
+        use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+        let request = SyncGroupRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_generation_id(member.generation)
+            .with_member_id(text(&member.member_id))
+            .with_assignments(
+                assignments
+                    .iter()
+                    .map(|(id, partitions)| {
+                        let bytes: Vec<u8> = partitions.iter().flat_map(|p| p.to_be_bytes()).collect();
+                        SyncGroupRequestAssignment::default()
+                            .with_member_id(text(id))
+                            .with_assignment(Bytes::from(bytes))
+                    })
+                    .collect(),
+            );
+        let timeout = std::time::Duration::from_millis(rebalance_timeout_ms as u64) + REQUEST_TIMEOUT;
+        let response: SyncGroupResponse = match self.call_within(timeout, ApiKey::SyncGroup, 3, &request).await {
+            Ok(r) => r,
+            Err(_) => return Outcome::Indefinite,
+        };
+        if response.error_code != 0 {
+            return Outcome::Failed(response.error_code);
+        }
+        let partitions =
+            response.assignment.chunks_exact(4).map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect();
+        Outcome::Ok(partitions)
+    }
+
+    pub async fn heartbeat(&mut self, group: &str, member: &Member) -> Outcome<()> {
+        let request = HeartbeatRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_generation_id(member.generation)
+            .with_member_id(text(&member.member_id));
+        match self.call::<_, HeartbeatResponse>(ApiKey::Heartbeat, 3, &request).await {
+            Ok(r) if r.error_code == 0 => Outcome::Ok(()),
+            Ok(r) => Outcome::Failed(r.error_code),
+            Err(_) => Outcome::Indefinite,
+        }
+    }
+
+    pub async fn leave_group(&mut self, group: &str, member: &Member) -> Outcome<()> {
+        use kafka_protocol::messages::leave_group_request::MemberIdentity;
+        let request = LeaveGroupRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_members(vec![MemberIdentity::default().with_member_id(text(&member.member_id))]);
+        match self.call::<_, LeaveGroupResponse>(ApiKey::LeaveGroup, 3, &request).await {
+            Ok(r) if r.error_code == 0 => Outcome::Ok(()),
+            Ok(r) => Outcome::Failed(r.error_code),
+            Err(_) => Outcome::Indefinite,
+        }
     }
 }

@@ -2,8 +2,11 @@
 //! and kaas-net code over turmoil's network and clock and one shared `SimVolume`; simulated
 //! clients speak the Kafka wire protocol; every run is a pure function of its seed.
 
+pub mod checkers;
 pub mod client;
 pub mod env;
+pub mod faults;
+pub mod history;
 pub mod hosts;
 pub mod scenarios;
 pub mod volume;

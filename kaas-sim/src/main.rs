@@ -20,7 +20,9 @@ const USAGE: &str = "usage:
   kaas-sim list
   kaas-sim run [--scenario NAME] (--seed N | --seeds A..B) [--check-determinism] [--mutant NAME]
   kaas-sim replay sim-seeds/FILE.json
-  kaas-sim mutants [--seeds A..B]      (each deliberate bug must be caught by some seed)";
+  kaas-sim mutants [--seeds A..B]      (each deliberate bug must be caught by some seed)
+A failing seed writes its history (every client call and outcome, JSONL) under
+target/sim-history/; KAAS_SIM_HISTORY=1 writes it for passing seeds too.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -132,11 +132,21 @@ impl State {
         ticket
     }
 
-    /// The directory sync of `ticket` is done: its changes stand, and files no path names any
-    /// more are gone.
+    /// The directory sync of `ticket` is done. A directory fsync makes every change to that
+    /// directory durable, the host's earlier unsynced ones too.
     fn dir_synced(&mut self, ticket: u64) {
-        let (done, waiting) =
-            std::mem::take(&mut self.unsynced_entries).into_iter().partition(|(_, t, _)| *t == ticket);
+        let synced: Vec<(Host, String)> = self
+            .unsynced_entries
+            .iter()
+            .filter(|(_, t, _)| *t == ticket)
+            .map(|(h, _, u)| (h.clone(), kaas_core::env::parent(u.path()).to_string()))
+            .collect();
+        self.settle(|host, undo| synced.iter().any(|(h, dir)| h == host && kaas_core::env::parent(undo.path()) == dir));
+    }
+
+    /// Makes the entry changes `which` picks durable; files no path names any more are gone.
+    fn settle(&mut self, which: impl Fn(&Host, &Undo) -> bool) {
+        let (done, waiting) = std::mem::take(&mut self.unsynced_entries).into_iter().partition(|(h, _, u)| which(h, u));
         self.unsynced_entries = waiting;
         for (_, _, undo) in done {
             let orphan = match undo {
@@ -154,6 +164,12 @@ impl State {
 }
 
 impl Undo {
+    fn path(&self) -> &str {
+        match self {
+            Undo::Created { path, .. } | Undo::Replaced { path, .. } | Undo::Removed { path, .. } => path,
+        }
+    }
+
     /// Whether undoing this change would bring `inode` back.
     fn keeps(&self, inode: u64) -> bool {
         match self {
@@ -275,6 +291,17 @@ impl SimVolume {
                 }
             }
         }
+    }
+
+    /// `host` exited cleanly: its files are closed, which on NFS flushes and commits their
+    /// bytes, and the kernel keeps its directory changes. Nothing of it is lost any more.
+    pub fn settle(&self, host: &str) {
+        let mut state = self.lock();
+        for inode in state.inodes.values_mut().filter(|i| i.writer.as_deref() == Some(host)) {
+            inode.durable_len = inode.data.len();
+            inode.writer = None;
+        }
+        state.settle(|h, _| &**h == host);
     }
 
     pub fn stats(&self) -> VolumeStats {

@@ -72,18 +72,19 @@ async fn two_hosts_with_unsynced_bytes_in_one_file_are_a_violation() {
 #[tokio::test]
 async fn a_crash_before_the_directory_sync_undoes_entry_changes() {
     let faults = VolumeFaults { torn: Torn::None, sync_latency_ms_max: 50, io_error_per_mille: 0 };
+    // Each change in its own directory: one directory's sync does not make another's durable.
     let mut undone = 0;
     for seed in 0..10 {
         let volume = SimVolume::new(seed, faults).for_host("h");
-        volume.write_atomic("state.json", Bytes::from_static(b"old")).await.unwrap();
-        volume.open("doomed.log").await.unwrap();
+        volume.write_atomic("a/state.json", Bytes::from_static(b"old")).await.unwrap();
+        volume.open("c/doomed.log").await.unwrap();
         let (replacing, creating, removing) = {
             let v = volume.clone();
-            let replace = tokio::spawn(async move { v.write_atomic("state.json", Bytes::from_static(b"new")).await });
+            let replace = tokio::spawn(async move { v.write_atomic("a/state.json", Bytes::from_static(b"new")).await });
             let v = volume.clone();
-            let create = tokio::spawn(async move { v.open("new.log").await.map(|_| ()) });
+            let create = tokio::spawn(async move { v.open("b/new.log").await.map(|_| ()) });
             let v = volume.clone();
-            let remove = tokio::spawn(async move { v.remove_file("doomed.log").await });
+            let remove = tokio::spawn(async move { v.remove_file("c/doomed.log").await });
             (replace, create, remove)
         };
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
@@ -92,12 +93,37 @@ async fn a_crash_before_the_directory_sync_undoes_entry_changes() {
         for task in [replacing, creating, removing] {
             task.abort();
         }
-        let names = volume.list("").await.unwrap();
+        let (b, c) = (volume.list("b").await.unwrap(), volume.list("c").await.unwrap());
         // A change whose call returned survives the crash; one still waiting is undone.
-        assert_eq!(volume.contents("state.json").unwrap(), if done[0] { &b"new"[..] } else { &b"old"[..] });
-        assert_eq!(names.contains(&"new.log".to_string()), done[1], "{names:?}");
-        assert_eq!(names.contains(&"doomed.log".to_string()), !done[2], "{names:?}");
+        assert_eq!(volume.contents("a/state.json").unwrap(), if done[0] { &b"new"[..] } else { &b"old"[..] });
+        assert_eq!(b.contains(&"new.log".to_string()), done[1], "{b:?}");
+        assert_eq!(c.contains(&"doomed.log".to_string()), !done[2], "{c:?}");
         undone += done.iter().filter(|d| !**d).count();
     }
     assert!(undone > 0, "some seed crashed inside a directory sync");
+}
+
+#[tokio::test]
+async fn a_directory_sync_makes_earlier_entry_changes_durable_and_a_clean_exit_loses_nothing() {
+    let faults = VolumeFaults { torn: Torn::None, sync_latency_ms_max: 50, io_error_per_mille: 0 };
+    let mut interrupted = 0;
+    for seed in 0..10 {
+        let volume = SimVolume::new(seed, faults).for_host("h");
+        // A task that dies inside its directory sync (a process ending mid-call).
+        let v = volume.clone();
+        let creating = tokio::spawn(async move { v.open("d/early.log").await.map(|_| ()) });
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        let finished = creating.is_finished();
+        creating.abort();
+        interrupted += usize::from(!finished);
+        // A later change to the same directory syncs it, and with it the earlier entry.
+        volume.write_atomic("d/state.json", Bytes::from_static(b"{}")).await.unwrap();
+        let file = volume.open("d/early.log").await.unwrap();
+        file.append(Bytes::from_static(b"unsynced")).await.unwrap();
+        volume.settle("h");
+        volume.crash("h");
+        assert_eq!(volume.list("d").await.unwrap(), vec!["early.log".to_string(), "state.json".to_string()]);
+        assert_eq!(volume.contents("d/early.log").unwrap(), b"unsynced", "settled bytes survive a crash");
+    }
+    assert!(interrupted > 0, "some seed interrupted a directory sync");
 }

@@ -2,8 +2,8 @@
 //! over the simulated env. A crash drops the host's tasks; `bounce` runs this again, and the
 //! broker recovers from the shared volume like a restarted process.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use kaas_core::env::{Env, Net};
 use kaas_core::{Broker, BrokerConfig};
@@ -15,6 +15,19 @@ use crate::volume::SimVolume;
 
 pub const BROKER_PORT: u16 = 9092;
 
+/// Asks a broker host to stop gracefully, as SIGTERM does: stop accepting, close connections,
+/// sync every partition, exit.
+#[derive(Clone, Default)]
+pub struct BrokerControl(Arc<Mutex<Option<watch::Sender<bool>>>>);
+
+impl BrokerControl {
+    pub fn stop(&self) {
+        if let Some(stop) = self.0.lock().expect("control lock").as_ref() {
+            let _ = stop.send(true);
+        }
+    }
+}
+
 /// Registers a broker host named `name` on the shared `volume`, its wall clock `skew_ms` off.
 /// Each boot draws its own seed.
 pub fn add_broker(
@@ -24,13 +37,17 @@ pub fn add_broker(
     seed: u64,
     skew_ms: i64,
     config: BrokerConfig,
-) {
+) -> BrokerControl {
     let boots = Arc::new(AtomicU64::new(0));
     let volume = volume.for_host(name);
+    let control = BrokerControl::default();
+    let controls = control.clone();
     sim.host(name, move || {
         let volume = volume.clone();
         let config = config.clone();
         let boot = boots.fetch_add(1, Ordering::SeqCst);
+        let (stop, stopped) = watch::channel(false);
+        *controls.0.lock().expect("control lock") = Some(stop);
         async move {
             let env = SimEnv::new(volume, seed ^ boot.wrapping_mul(0x9e37_79b9_7f4a_7c15), skew_ms);
             let mut config = config;
@@ -38,9 +55,10 @@ pub fn add_broker(
             config.advertised_port = i32::from(BROKER_PORT);
             let broker = Broker::start(env.clone(), config).await.map_err(|e| e.to_string())?;
             let listener = env.net().bind(&format!("0.0.0.0:{BROKER_PORT}")).await?;
-            let (_stop, stopped) = watch::channel(false);
-            Server::new(broker, listener).run(stopped).await;
+            Server::new(broker.clone(), listener).run(stopped).await;
+            broker.shutdown().await;
             Ok(())
         }
     });
+    control
 }

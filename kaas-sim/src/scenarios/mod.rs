@@ -1,5 +1,6 @@
 //! Scenarios: a workload, its faults and its checks, each a pure function of a seed.
 
+mod common;
 pub mod smoke;
 
 /// What one seed of one scenario came to.

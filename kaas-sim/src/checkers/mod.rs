@@ -1,0 +1,75 @@
+//! Checkers in the spirit of Jepsen's Kafka checker. A scenario gathers, per partition, what
+//! its clients did and saw ([`PartitionHistory`]), reads the partition back whole once the
+//! liveness phase is over, and hands both to every checker; each returns its violations, named
+//! by the anomaly (`lost-write: ...`).
+
+pub mod commits;
+pub mod consumers;
+pub mod log;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+/// What producers did to one partition. Every value sent in a run is unique.
+#[derive(Default, Debug)]
+pub struct Produced {
+    /// Every batch sent: id -> its values.
+    pub sent: BTreeMap<u64, Vec<Bytes>>,
+    /// Acked batches: id -> base offset.
+    pub acked: BTreeMap<u64, i64>,
+    /// Batches with an attempt of unknown outcome (a timeout, a storage error, acks=0): they
+    /// may be in the log, even twice.
+    pub indefinite: BTreeSet<u64>,
+}
+
+/// One consumer's uninterrupted read of one partition, from a position it chose.
+#[derive(Debug)]
+pub struct Session {
+    pub consumer: String,
+    pub start: i64,
+    /// Every record served, in order: (offset, value).
+    pub records: Vec<(i64, Bytes)>,
+    /// Every high watermark served, in order.
+    pub high_watermarks: Vec<i64>,
+}
+
+/// A committed offset a consumer read back before resuming from it.
+#[derive(Debug)]
+pub struct Resume {
+    pub consumer: String,
+    /// History sequence number of the OffsetFetch request: every commit acked before it counts.
+    pub sent_seq: u64,
+    pub committed: i64,
+}
+
+/// An OffsetCommit the broker acked.
+#[derive(Debug)]
+pub struct Commit {
+    pub consumer: String,
+    pub acked_seq: u64,
+    pub offset: i64,
+}
+
+#[derive(Default, Debug)]
+pub struct PartitionHistory {
+    pub produced: Produced,
+    pub sessions: Vec<Session>,
+    pub resumes: Vec<Resume>,
+    pub commits: Vec<Commit>,
+    /// The final read of the whole partition, and the high watermark it ended at.
+    pub read: Vec<(i64, Bytes)>,
+    pub high_watermark: i64,
+}
+
+/// Every checker over every partition.
+pub fn check_all<'a>(partitions: impl IntoIterator<Item = (i32, &'a PartitionHistory)>) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (partition, history) in partitions {
+        let name = format!("partition {partition}");
+        violations.extend(log::check(&name, history));
+        violations.extend(consumers::check(&name, history));
+        violations.extend(commits::check(&name, history));
+    }
+    violations
+}
