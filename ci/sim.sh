@@ -20,5 +20,6 @@ start=$(( $(date +%s) / 86400 * 10000 ))
 echo "== kaas-sim run --seeds $start..$((start + SEEDS)) --check-determinism"
 "$sim" run --seeds "$start..$((start + SEEDS))" --check-determinism > target/sim-batch.txt || status=1
 grep -c 'result=pass' target/sim-batch.txt | sed 's/$/ seeds passed/' || true
+grep '^summary' target/sim-batch.txt || true
 grep -A5 'result=fail' target/sim-batch.txt || true
 exit $status

@@ -25,15 +25,18 @@ pub enum Mutant {
     FetchPastHwm,
     /// Offset commits are acked from memory and never written to the volume.
     OffsetCommitInMemory,
+    /// The group coordinator takes offset commits from any member of any generation.
+    CommitIgnoresGeneration,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 5] = [
+    pub const ALL: [Mutant; 6] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
         Mutant::FetchPastHwm,
         Mutant::OffsetCommitInMemory,
+        Mutant::CommitIgnoresGeneration,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +46,7 @@ impl Mutant {
             Mutant::HwmNotRestored => "hwm-not-restored",
             Mutant::FetchPastHwm => "fetch-past-hwm",
             Mutant::OffsetCommitInMemory => "offset-commit-in-memory",
+            Mutant::CommitIgnoresGeneration => "commit-ignores-generation",
         }
     }
 

@@ -22,6 +22,8 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 pub struct WireClient {
     stream: TcpStream,
     correlation_id: i32,
+    /// A call failed on this connection: it must not be used again.
+    broken: bool,
 }
 
 /// What a call to the broker came to.
@@ -49,7 +51,7 @@ impl WireClient {
     pub async fn connect(host: &str, port: u16) -> io::Result<WireClient> {
         let connecting = TcpStream::connect((host, port));
         let stream = tokio::time::timeout(REQUEST_TIMEOUT, connecting).await.map_err(|_| io::ErrorKind::TimedOut)??;
-        Ok(WireClient { stream, correlation_id: 0 })
+        Ok(WireClient { stream, correlation_id: 0, broken: false })
     }
 
     /// One request and its response; an error (the timeout included) leaves the connection
@@ -74,9 +76,17 @@ impl WireClient {
         Req: Encodable + HeaderVersion,
         Resp: Decodable,
     {
-        tokio::time::timeout(timeout, self.call_unbounded(key, version, request))
+        let response = tokio::time::timeout(timeout, self.call_unbounded(key, version, request))
             .await
-            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))
+            .flatten();
+        self.broken |= response.is_err();
+        response
+    }
+
+    /// Whether a call on this connection failed (its effect unknown): reconnect before the next.
+    pub fn is_broken(&self) -> bool {
+        self.broken
     }
 
     /// Sends a request that gets no response (Produce with acks=0).
@@ -87,9 +97,12 @@ impl WireClient {
         request: &Req,
     ) -> io::Result<()> {
         let frame = self.frame(key, version, request)?;
-        tokio::time::timeout(REQUEST_TIMEOUT, self.stream.write_all(&frame))
+        let sent = tokio::time::timeout(REQUEST_TIMEOUT, self.stream.write_all(&frame))
             .await
-            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))
+            .flatten();
+        self.broken |= sent.is_err();
+        sent
     }
 
     fn frame<Req: Encodable + HeaderVersion>(

@@ -63,7 +63,7 @@ pub struct PartitionHistory {
 }
 
 /// Every checker over every partition.
-pub fn check_all<'a>(partitions: impl IntoIterator<Item = (i32, &'a PartitionHistory)>) -> Vec<String> {
+pub fn check_all(partitions: &BTreeMap<i32, PartitionHistory>) -> Vec<String> {
     let mut violations = Vec::new();
     for (partition, history) in partitions {
         let name = format!("partition {partition}");

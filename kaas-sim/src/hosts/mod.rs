@@ -17,14 +17,23 @@ pub const BROKER_PORT: u16 = 9092;
 
 /// Asks a broker host to stop gracefully, as SIGTERM does: stop accepting, close connections,
 /// sync every partition, exit.
+/// Also counts the host's boots, which tells a checker which incarnation answered.
 #[derive(Clone, Default)]
-pub struct BrokerControl(Arc<Mutex<Option<watch::Sender<bool>>>>);
+pub struct BrokerControl {
+    stop: Arc<Mutex<Option<watch::Sender<bool>>>>,
+    boots: Arc<AtomicU64>,
+}
 
 impl BrokerControl {
     pub fn stop(&self) {
-        if let Some(stop) = self.0.lock().expect("control lock").as_ref() {
+        if let Some(stop) = self.stop.lock().expect("control lock").as_ref() {
             let _ = stop.send(true);
         }
+    }
+
+    /// How many times the host has started.
+    pub fn boots(&self) -> u64 {
+        self.boots.load(Ordering::SeqCst)
     }
 }
 
@@ -38,16 +47,15 @@ pub fn add_broker(
     skew_ms: i64,
     config: BrokerConfig,
 ) -> BrokerControl {
-    let boots = Arc::new(AtomicU64::new(0));
     let volume = volume.for_host(name);
     let control = BrokerControl::default();
     let controls = control.clone();
     sim.host(name, move || {
         let volume = volume.clone();
         let config = config.clone();
-        let boot = boots.fetch_add(1, Ordering::SeqCst);
+        let boot = controls.boots.fetch_add(1, Ordering::SeqCst);
         let (stop, stopped) = watch::channel(false);
-        *controls.0.lock().expect("control lock") = Some(stop);
+        *controls.stop.lock().expect("control lock") = Some(stop);
         async move {
             let env = SimEnv::new(volume, seed ^ boot.wrapping_mul(0x9e37_79b9_7f4a_7c15), skew_ms);
             let mut config = config;

@@ -1,14 +1,19 @@
-//! What the scenarios share: the seed's choice of volume faults and fault triggers, and the
-//! client steps every workload takes (connect, create the topic, read a partition back whole).
+//! What the scenarios share: the seed's choice of volume faults and fault triggers, the shared
+//! record of what clients did, and the client steps every workload takes (connect, create the
+//! topic, produce numbered batches, read a partition back whole).
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::client::{CORRUPT_READ, Outcome, WireClient};
+use crate::checkers::{PartitionHistory, Resume};
+use crate::client::{CORRUPT_READ, KAFKA_STORAGE_ERROR, Outcome, WireClient};
 use crate::faults::Trigger;
+use crate::history::{History, outcome_name};
 use crate::hosts::BROKER_PORT;
 use crate::volume::{Torn, VolumeFaults};
 
@@ -83,6 +88,107 @@ pub async fn read_partition(host: &str, topic: &str, partition: i32) -> (Vec<(i6
             }
             Outcome::Failed(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             Outcome::Indefinite => client = connect(host).await,
+        }
+    }
+}
+
+/// What the clients did and saw, shared between their tasks (and hosts) and the checkers.
+#[derive(Default)]
+pub struct World {
+    pub history: History,
+    pub partitions: BTreeMap<i32, PartitionHistory>,
+    pub producers_done: usize,
+    /// Anomalies a client saw directly (a corrupt read, a position past the log end).
+    pub violations: Vec<String>,
+}
+
+pub type Shared = Arc<Mutex<World>>;
+
+/// One batch a producer writes: its id (unique in the run), partition and values.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub id: u64,
+    pub partition: i32,
+    pub values: Vec<Bytes>,
+}
+
+/// Writes `batches` in order with `acks`, retrying each until acked (acks=0: sent once).
+pub async fn producer(name: String, topic: &'static str, acks: i16, batches: Vec<Batch>, world: Shared) {
+    let mut client = connect("broker").await;
+    for batch in batches {
+        world
+            .lock()
+            .unwrap()
+            .partitions
+            .entry(batch.partition)
+            .or_default()
+            .produced
+            .sent
+            .insert(batch.id, batch.values.clone());
+        loop {
+            let outcome = client.produce_acks(topic, batch.partition, &batch.values, now_ms(), acks).await;
+            {
+                let mut w = world.lock().unwrap();
+                let base = if let Outcome::Ok(base) = outcome { base } else { -1 };
+                let detail = serde_json::json!({
+                    "batch": batch.id, "partition": batch.partition, "acks": acks, "base_offset": base
+                });
+                w.history.record(&name, "produce", &outcome_name(&outcome), detail);
+                let produced = &mut w.partitions.entry(batch.partition).or_default().produced;
+                match outcome {
+                    Outcome::Ok(base) => {
+                        produced.acked.insert(batch.id, base);
+                    }
+                    // The volume failed mid-write, or no answer came: the batch may be in the log.
+                    Outcome::Failed(KAFKA_STORAGE_ERROR) | Outcome::Indefinite => {
+                        produced.indefinite.insert(batch.id);
+                    }
+                    Outcome::Failed(_) => {}
+                }
+            }
+            match outcome {
+                Outcome::Ok(_) => break,
+                // acks=0 never knows, so it never retries; a dead connection is replaced.
+                Outcome::Indefinite if acks == 0 => {
+                    if client.is_broken() {
+                        client = connect("broker").await;
+                    }
+                    break;
+                }
+                Outcome::Indefinite => client = connect("broker").await,
+                Outcome::Failed(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+    if acks == 0 {
+        // A connection answers in order, so once a fetch on it is answered, every acks=0 batch
+        // sent before it has reached its partition: consumers will see it.
+        let _ = client.fetch(topic, 0, 0, 0).await;
+    }
+    world.lock().unwrap().producers_done += 1;
+}
+
+/// Reads the group's committed offset of `partition` once the workload is done, as a last
+/// resume: it must not be below any commit acked before.
+pub async fn final_committed(host: &str, group: &str, topic: &str, partition: i32, world: &Shared) {
+    let mut client = connect(host).await;
+    loop {
+        let sent_seq = world.lock().unwrap().history.next_seq();
+        let outcome = client.committed_offset(group, topic, partition).await;
+        {
+            let mut w = world.lock().unwrap();
+            let detail = serde_json::json!({"partition": partition});
+            w.history.record("final-read", "offset-fetch", &outcome_name(&outcome), detail);
+            if let Outcome::Ok(committed) = outcome {
+                let resume = Resume { consumer: "final-read".into(), sent_seq, committed };
+                w.partitions.entry(partition).or_default().resumes.push(resume);
+                return;
+            }
+        }
+        if client.is_broken() {
+            client = connect(host).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }

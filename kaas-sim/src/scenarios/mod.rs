@@ -1,6 +1,7 @@
 //! Scenarios: a workload, its faults and its checks, each a pure function of a seed.
 
 mod common;
+pub mod groups;
 pub mod smoke;
 
 /// What one seed of one scenario came to.
@@ -26,11 +27,18 @@ pub struct Scenario {
     pub run: fn(u64) -> RunResult,
 }
 
-pub const ALL: &[Scenario] = &[Scenario {
-    name: "smoke",
-    about: "one broker, acks=all producer and reader over the wire, crash + restart with torn writes",
-    run: smoke::run,
-}];
+pub const ALL: &[Scenario] = &[
+    Scenario {
+        name: "smoke",
+        about: "one broker, acks=all producer and reader over the wire, crash + restart with torn writes",
+        run: smoke::run,
+    },
+    Scenario {
+        name: "groups",
+        about: "a consumer group of member hosts over several partitions; broker and member crashes, rebalances",
+        run: groups::run,
+    },
+];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
     ALL.iter().find(|s| s.name == name)

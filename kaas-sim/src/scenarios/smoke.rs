@@ -5,7 +5,6 @@
 //! every checker of `crate::checkers` runs over the history.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,11 +12,12 @@ use kaas_core::BrokerConfig;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{Digest, RunResult, common};
-use crate::checkers::{self, Commit, PartitionHistory, Resume, Session};
-use crate::client::{CORRUPT_READ, KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, Outcome};
+use super::common::{self, Batch, Shared};
+use super::{Digest, RunResult};
+use crate::checkers::{self, Commit, Resume, Session};
+use crate::client::{CORRUPT_READ, OFFSET_OUT_OF_RANGE, Outcome};
 use crate::faults::{self, Fault, Planned, Trigger};
-use crate::history::{History, outcome_name};
+use crate::history::outcome_name;
 use crate::hosts;
 use crate::volume::{SimVolume, VolumeFaults};
 
@@ -87,57 +87,20 @@ impl Knobs {
     }
 }
 
-/// What the clients did and saw, shared between their tasks and the checkers.
-#[derive(Default)]
-struct World {
-    history: History,
-    partition: PartitionHistory,
-    producers_done: usize,
-    /// Anomalies a client saw directly (a corrupt read, a position past the log end).
-    violations: Vec<String>,
-}
-
-type Shared = Arc<Mutex<World>>;
-
 fn value(batch: usize, record: usize, padding: usize) -> Bytes {
     Bytes::from(format!("b{batch:05}-r{record}-{}", "p".repeat(padding)))
 }
 
-async fn producer(id: usize, knobs: Knobs, world: Shared) {
-    let name = format!("producer-{id}");
-    let acks = knobs.producer_acks[id];
-    let mut client = common::connect("broker").await;
-    for batch in (id..knobs.batches).step_by(knobs.producer_acks.len()) {
-        let values: Vec<Bytes> = (0..knobs.records_per_batch).map(|r| value(batch, r, knobs.value_padding)).collect();
-        world.lock().unwrap().partition.produced.sent.insert(batch as u64, values.clone());
-        loop {
-            let outcome = client.produce_acks(TOPIC, 0, &values, common::now_ms(), acks).await;
-            {
-                let mut w = world.lock().unwrap();
-                let base = if let Outcome::Ok(base) = outcome { base } else { -1 };
-                let detail = serde_json::json!({"batch": batch, "acks": acks, "base_offset": base});
-                w.history.record(&name, "produce", &outcome_name(&outcome), detail);
-                match outcome {
-                    Outcome::Ok(base) => {
-                        w.partition.produced.acked.insert(batch as u64, base);
-                    }
-                    // The volume failed mid-write, or no answer came: the batch may be in the log.
-                    Outcome::Failed(KAFKA_STORAGE_ERROR) | Outcome::Indefinite => {
-                        w.partition.produced.indefinite.insert(batch as u64);
-                    }
-                    Outcome::Failed(_) => {}
-                }
-            }
-            match outcome {
-                // acks=0 never knows, so it never retries.
-                Outcome::Ok(_) => break,
-                Outcome::Indefinite if acks == 0 => break,
-                Outcome::Indefinite => client = common::connect("broker").await,
-                Outcome::Failed(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-    world.lock().unwrap().producers_done += 1;
+/// Producer `id`'s share of the batches: batch i is written by producer i % producers.
+fn batches_of(id: usize, knobs: &Knobs) -> Vec<Batch> {
+    (id..knobs.batches)
+        .step_by(knobs.producer_acks.len())
+        .map(|b| Batch {
+            id: b as u64,
+            partition: 0,
+            values: (0..knobs.records_per_batch).map(|r| value(b, r, knobs.value_padding)).collect(),
+        })
+        .collect()
 }
 
 /// Reads from the committed offset, commits what it read, and starts over from the committed
@@ -157,14 +120,18 @@ async fn consumer(knobs: Knobs, world: Shared) {
             w.history.record("consumer", "offset-fetch", &outcome_name(&resumed), detail);
             match resumed {
                 Outcome::Ok(offset) => {
-                    w.partition.resumes.push(Resume { consumer: "consumer".into(), sent_seq, committed: offset });
+                    w.partitions.entry(0).or_default().resumes.push(Resume {
+                        consumer: "consumer".into(),
+                        sent_seq,
+                        committed: offset,
+                    });
                     offset
                 }
                 _ => continue 'session,
             }
         };
         let mut position = committed.max(0);
-        world.lock().unwrap().partition.sessions.push(Session {
+        world.lock().unwrap().partitions.entry(0).or_default().sessions.push(Session {
             consumer: "consumer".into(),
             start: position,
             records: Vec::new(),
@@ -185,7 +152,7 @@ async fn consumer(knobs: Knobs, world: Shared) {
                 w.history.record("consumer", "fetch", &outcome_name(&fetched), detail);
                 match fetched {
                     Outcome::Ok((records, hwm)) => {
-                        let session = w.partition.sessions.last_mut().expect("started");
+                        let session = w.partitions.entry(0).or_default().sessions.last_mut().expect("started");
                         session.high_watermarks.push(hwm);
                         session.records.extend(records.iter().cloned());
                         if all_acked && records.is_empty() && position >= hwm {
@@ -216,9 +183,11 @@ async fn consumer(knobs: Knobs, world: Shared) {
             let detail = serde_json::json!({"offset": position});
             let acked_seq = w.history.record("consumer", "commit", &outcome_name(&committed), detail);
             match committed {
-                Outcome::Ok(()) => {
-                    w.partition.commits.push(Commit { consumer: "consumer".into(), acked_seq, offset: position })
-                }
+                Outcome::Ok(()) => w.partitions.entry(0).or_default().commits.push(Commit {
+                    consumer: "consumer".into(),
+                    acked_seq,
+                    offset: position,
+                }),
                 Outcome::Failed(_) => {}
                 Outcome::Indefinite => continue 'session,
             }
@@ -228,18 +197,23 @@ async fn consumer(knobs: Knobs, world: Shared) {
 
 async fn workload(knobs: Knobs, world: Shared) -> turmoil::Result {
     common::create_topic("broker", TOPIC, 1).await;
-    let producers: Vec<_> =
-        (0..knobs.producer_acks.len()).map(|id| tokio::spawn(producer(id, knobs.clone(), world.clone()))).collect();
+    let producers: Vec<_> = (0..knobs.producer_acks.len())
+        .map(|id| {
+            let name = format!("producer-{id}");
+            tokio::spawn(common::producer(name, TOPIC, knobs.producer_acks[id], batches_of(id, &knobs), world.clone()))
+        })
+        .collect();
     let consuming = tokio::spawn(consumer(knobs.clone(), world.clone()));
     for p in producers {
         p.await?;
     }
     consuming.await?;
+    common::final_committed("broker", GROUP, TOPIC, 0, &world).await;
     let (read, hwm, corrupt) = common::read_partition("broker", TOPIC, 0).await;
     let mut w = world.lock().unwrap();
     w.violations.extend(corrupt);
-    w.partition.read = read;
-    w.partition.high_watermark = hwm;
+    w.partitions.entry(0).or_default().read = read;
+    w.partitions.entry(0).or_default().high_watermark = hwm;
     Ok(())
 }
 
@@ -259,14 +233,14 @@ pub fn run(seed: u64) -> RunResult {
     let world = Shared::default();
     sim.client("clients", workload(knobs.clone(), world.clone()));
 
-    let progress = || world.lock().unwrap().partition.produced.acked.len();
+    let progress = || world.lock().unwrap().partitions.get(&0).map_or(0, |p| p.produced.acked.len());
     let controls = BTreeMap::from([("broker", control)]);
     let mut violations = faults::drive(&mut sim, &volume, &controls, knobs.plan.clone(), progress, LIVENESS_MS);
     let w = world.lock().unwrap();
     violations.extend(w.violations.iter().cloned());
     if violations.is_empty() {
         // Only a run that finished has a final read to check against.
-        violations = checkers::check_all([(0, &w.partition)]);
+        violations = checkers::check_all(&w.partitions);
     }
     violations.extend(volume.violations());
     let options = format!("{knobs:?} buggify_sites={:?}", kaas_core::sim::buggify_enabled());
