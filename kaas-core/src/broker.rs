@@ -7,6 +7,7 @@ use crate::config::BrokerConfig;
 use crate::env::Env;
 use crate::error::CoreResult;
 use crate::group::{self, GroupsHandle};
+use crate::producer::ids::{self, ProducerIdsHandle};
 use crate::topics::{self, TopicsHandle};
 
 #[derive(Clone)]
@@ -15,6 +16,7 @@ pub struct Broker<E: Env> {
     pub config: Arc<BrokerConfig>,
     pub topics: TopicsHandle,
     pub groups: GroupsHandle,
+    pub producer_ids: ProducerIdsHandle,
 }
 
 impl<E: Env> Broker<E> {
@@ -23,7 +25,8 @@ impl<E: Env> Broker<E> {
         let config = Arc::new(config);
         let topics = topics::start(&env, config.clone()).await?;
         let groups = group::start(&env, config.clone()).await?;
-        Ok(Broker { env, config, topics, groups })
+        let producer_ids = ids::start(&env, config.broker_id).await?;
+        Ok(Broker { env, config, topics, groups, producer_ids })
     }
 
     /// Flushes and closes every partition log.

@@ -27,6 +27,8 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: i32,
     pub group_max_size: usize,
     pub delete_topic_enable: bool,
+    /// How long a partition remembers an idle producer (`producer.id.expiration.ms`).
+    pub producer_id_expiration_ms: i64,
     /// Every `name=value` given, for DescribeConfigs.
     pub explicit: BTreeMap<String, String>,
 }
@@ -53,6 +55,7 @@ impl Default for BrokerConfig {
             group_max_session_timeout_ms: 1_800_000,
             group_max_size: 1000,
             delete_topic_enable: true,
+            producer_id_expiration_ms: 86_400_000,
             explicit: BTreeMap::new(),
         }
     }
@@ -68,6 +71,7 @@ impl BrokerConfig {
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
         match name {
             "broker.id" | "node.id" => self.broker_id = parse(name, value)?,
+            "producer.id.expiration.ms" => self.producer_id_expiration_ms = parse(name, value)?,
             "auto.create.topics.enable" => self.auto_create_topics_enable = parse(name, value)?,
             "num.partitions" => {
                 self.num_partitions = parse(name, value)?;
@@ -133,6 +137,7 @@ impl BrokerConfig {
         PartitionSettings {
             log: self.log_config(overrides),
             max_message_bytes: max_message_bytes.unwrap_or(i64::from(self.message_max_bytes)).max(0) as usize,
+            producer_id_expiration_ms: self.producer_id_expiration_ms,
         }
     }
 
@@ -188,6 +193,7 @@ pub fn broker_name_of(topic_config: &str) -> &str {
 pub struct PartitionSettings {
     pub log: LogConfig,
     pub max_message_bytes: usize,
+    pub producer_id_expiration_ms: i64,
 }
 
 /// Checks a topic config override's name and value; the error text goes to the client.

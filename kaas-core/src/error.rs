@@ -10,6 +10,10 @@ pub enum CoreError {
     UnknownTopicOrPartition,
     /// This broker does not lead the partition now; retriable, nothing was written.
     NotLeaderOrFollower,
+    /// A producer's batch does not continue its sequence.
+    OutOfOrderSequenceNumber,
+    /// A producer's batch carries an epoch older than the partition has seen.
+    InvalidProducerEpoch,
     TopicAlreadyExists,
     InvalidTopic(String),
     InvalidPartitions(String),

@@ -40,6 +40,7 @@ pub mod error;
 pub mod group;
 pub mod log;
 pub mod partition;
+pub mod producer;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod topics;

@@ -1,6 +1,10 @@
 //! The partition actor: owns one partition's log and is the only writer of it. Appends from
 //! many connections queue here; the actor writes every queued append, syncs once, and only then
 //! answers them (group commit), so an ack always means the batch is durable.
+//!
+//! It also owns the partition's producer state: every batch with a producer id is checked
+//! against it before it is written (a retried batch is answered with its original offset and
+//! not written again), and a snapshot of it is written on each segment roll and on stop.
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -10,6 +14,8 @@ use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::log::batch::BatchHeader;
 use crate::log::{LogConfig, PartitionLog};
+use crate::producer::snapshot;
+use crate::producer::state::{ProducerEntry, ProducerStates, Verdict};
 
 /// Commands queued per partition before senders wait.
 const QUEUE_CAPACITY: usize = 1024;
@@ -59,6 +65,9 @@ enum Command {
     DeleteRecords {
         offset: i64,
         reply: oneshot::Sender<CoreResult<i64>>,
+    },
+    DescribeProducers {
+        reply: oneshot::Sender<CoreResult<Vec<(i64, ProducerEntry)>>>,
     },
     SetConfig(PartitionSettings),
     EnforceRetention,
@@ -114,6 +123,11 @@ impl PartitionHandle {
         self.ask(|reply| Command::Read { offset, max_bytes, reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 
+    /// Every producer the partition remembers, with its epoch and last batches (KIP-664).
+    pub async fn describe_producers(&self) -> CoreResult<Vec<(i64, ProducerEntry)>> {
+        self.ask(|reply| Command::DescribeProducers { reply }).await.unwrap_or_else(|| Err(stopped()))
+    }
+
     pub async fn offset_for_time(&self, timestamp: i64) -> CoreResult<Option<i64>> {
         self.ask(|reply| Command::OffsetForTime { timestamp, reply }).await.unwrap_or_else(|| Err(stopped()))
     }
@@ -151,6 +165,11 @@ struct PartitionActor<E: Env> {
     /// Bumped whenever any partition's high watermark moves: long-polling fetches wait on it.
     data_version: watch::Sender<u64>,
     max_message_bytes: usize,
+    producer_id_expiration_ms: i64,
+    /// The state of every producer in the log; rebuilt whenever the log is (re)opened.
+    producers: ProducerStates,
+    /// Segments the log had when the last snapshot was written: more means a roll since.
+    segments_at_snapshot: usize,
 }
 
 /// Opens the partition at `dir` and starts its actor.
@@ -170,6 +189,9 @@ pub async fn start<E: Env>(
         watermarks,
         data_version,
         max_message_bytes: settings.max_message_bytes,
+        producer_id_expiration_ms: settings.producer_id_expiration_ms,
+        producers: ProducerStates::default(),
+        segments_at_snapshot: 0,
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
@@ -179,8 +201,15 @@ pub async fn start<E: Env>(
 impl<E: Env> PartitionActor<E> {
     async fn ensure_open(&mut self) -> Option<&mut PartitionLog<E::Volume>> {
         if self.log.is_none() {
-            match PartitionLog::open(self.env.volume().clone(), &self.dir, self.config).await {
-                Ok(log) => {
+            let volume = self.env.volume().clone();
+            let opened = match PartitionLog::open(volume.clone(), &self.dir, self.config).await {
+                Ok(log) => snapshot::restore(&volume, &log).await.map(|producers| (log, producers)),
+                Err(e) => Err(e),
+            };
+            match opened {
+                Ok((log, producers)) => {
+                    self.segments_at_snapshot = log.segment_count();
+                    self.producers = producers;
                     self.log = Some(log);
                     self.publish();
                 }
@@ -247,12 +276,28 @@ impl<E: Env> PartitionActor<E> {
         match log.sync().await {
             Ok(()) => {
                 let log_start_offset = log.log_start_offset();
+                let rolled = log.segment_count() != self.segments_at_snapshot;
                 self.publish();
                 for (reply, outcome) in acks.drain(..) {
                     let _ = reply.send(Ok(AppendOutcome { log_start_offset, ..outcome }));
                 }
+                if rolled {
+                    self.write_snapshot().await;
+                }
             }
             Err(e) => self.fail_writes(acks, &e.to_string()),
+        }
+    }
+
+    /// Snapshots the producer state as of the log end. Everything is synced, so the state and
+    /// the log agree there. A failure only costs a longer scan on the next start.
+    async fn write_snapshot(&mut self) {
+        let Some(log) = &self.log else { return };
+        assert_eq!(log.high_watermark(), log.log_end_offset(), "a snapshot is taken with nothing unsynced");
+        let (offset, segments) = (log.log_end_offset(), log.segment_count());
+        match snapshot::write(self.env.volume(), &self.dir, offset, &self.producers).await {
+            Ok(()) => self.segments_at_snapshot = segments,
+            Err(e) => tracing::warn!(dir = %self.dir, error = %e, "cannot write the producer state snapshot"),
         }
     }
 
@@ -264,6 +309,7 @@ impl<E: Env> PartitionActor<E> {
             let _ = reply.send(Err(CoreError::Storage(why.to_string())));
         }
         self.log = None;
+        self.producers = ProducerStates::default();
         self.watermarks.send_modify(|w| w.online = false);
     }
 
@@ -274,10 +320,11 @@ impl<E: Env> PartitionActor<E> {
     ) {
         let max_message_bytes = self.max_message_bytes;
         let now_ms = self.env.clock().now_ms();
-        let Some(log) = self.ensure_open().await else {
+        if self.ensure_open().await.is_none() {
             reply_unavailable(command);
             return;
-        };
+        }
+        let log = self.log.as_mut().expect("opened");
         match command {
             Command::Append { reply: Some(reply), .. } if crate::buggify!("partition.not_leader") => {
                 // A retriable refusal before anything is written, as a moving leader gives.
@@ -292,8 +339,28 @@ impl<E: Env> PartitionActor<E> {
                 }
                 let mut base_offset = None;
                 for (header, data) in batches {
+                    if header.producer_id >= 0 {
+                        let refused = match self.producers.check(&header) {
+                            Verdict::Append => None,
+                            Verdict::Duplicate { base_offset: original } => {
+                                // Answered once durable, like the appends of this group: the
+                                // original may still be one of them.
+                                base_offset.get_or_insert(original);
+                                continue;
+                            }
+                            Verdict::OutOfOrderSequence => Some(CoreError::OutOfOrderSequenceNumber),
+                            Verdict::InvalidProducerEpoch => Some(CoreError::InvalidProducerEpoch),
+                        };
+                        if let Some(error) = refused {
+                            if let Some(reply) = reply {
+                                let _ = reply.send(Err(error));
+                            }
+                            return;
+                        }
+                    }
                     match log.append(&header, data).await {
                         Ok(offset) => {
+                            self.producers.apply(&header, offset);
                             base_offset.get_or_insert(offset);
                         }
                         Err(e) => {
@@ -335,20 +402,31 @@ impl<E: Env> PartitionActor<E> {
                 log.set_config(settings.log);
                 self.config = settings.log;
                 self.max_message_bytes = settings.max_message_bytes;
+                self.producer_id_expiration_ms = settings.producer_id_expiration_ms;
             }
             Command::EnforceRetention => {
                 if let Err(e) = log.enforce_retention(now_ms).await {
                     tracing::warn!(dir = %self.dir, error = %e, "retention failed");
                 }
+                self.producers.truncate_head(log.log_start_offset());
+                self.producers.expire(now_ms, self.producer_id_expiration_ms);
                 self.publish();
+            }
+            Command::DescribeProducers { reply } => {
+                let producers = self.producers.iter().map(|(pid, e)| (*pid, e.clone())).collect();
+                let _ = reply.send(Ok(producers));
             }
             Command::Stop { .. } => unreachable!("handled by run"),
         }
     }
 
     async fn stop(&mut self, delete: bool) {
-        if let Some(log) = self.log.as_mut() {
-            let _ = log.sync().await;
+        if let Some(log) = self.log.as_mut()
+            && log.sync().await.is_ok()
+            && !delete
+        {
+            // A clean stop leaves a snapshot at the log end: the next start scans nothing.
+            self.write_snapshot().await;
         }
         self.log = None;
         if delete {
@@ -376,6 +454,7 @@ fn reply_unavailable(command: Command) {
         Command::Read { reply, .. } => drop(reply.send(Err(error()))),
         Command::OffsetForTime { reply, .. } => drop(reply.send(Err(error()))),
         Command::DeleteRecords { reply, .. } => drop(reply.send(Err(error()))),
+        Command::DescribeProducers { reply } => drop(reply.send(Err(error()))),
         Command::MaxTimestamp { reply } => drop(reply.send(-1)),
         Command::Append { reply: None, .. }
         | Command::SetConfig(_)

@@ -27,16 +27,25 @@ pub enum Mutant {
     OffsetCommitInMemory,
     /// The group coordinator takes offset commits from any member of any generation.
     CommitIgnoresGeneration,
+    /// The idempotence window remembers one batch per producer instead of five.
+    DedupeWindowOfOne,
+    /// Producer state is restored from the last snapshot without scanning the log after it.
+    SnapshotWithoutTailScan,
+    /// A producer id block is persisted once it is used up instead of before its first id.
+    PidBlockPersistedAfterUse,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 9] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
         Mutant::FetchPastHwm,
         Mutant::OffsetCommitInMemory,
         Mutant::CommitIgnoresGeneration,
+        Mutant::DedupeWindowOfOne,
+        Mutant::SnapshotWithoutTailScan,
+        Mutant::PidBlockPersistedAfterUse,
     ];
 
     pub fn name(self) -> &'static str {
@@ -47,6 +56,9 @@ impl Mutant {
             Mutant::FetchPastHwm => "fetch-past-hwm",
             Mutant::OffsetCommitInMemory => "offset-commit-in-memory",
             Mutant::CommitIgnoresGeneration => "commit-ignores-generation",
+            Mutant::DedupeWindowOfOne => "dedupe-window-of-one",
+            Mutant::SnapshotWithoutTailScan => "snapshot-without-tail-scan",
+            Mutant::PidBlockPersistedAfterUse => "pid-block-persisted-after-use",
         }
     }
 

@@ -7,6 +7,8 @@ pub fn code(e: &CoreError) -> i16 {
     let kafka = match e {
         CoreError::UnknownTopicOrPartition => K::UnknownTopicOrPartition,
         CoreError::NotLeaderOrFollower => K::NotLeaderOrFollower,
+        CoreError::OutOfOrderSequenceNumber => K::OutOfOrderSequenceNumber,
+        CoreError::InvalidProducerEpoch => K::InvalidProducerEpoch,
         CoreError::TopicAlreadyExists => K::TopicAlreadyExists,
         CoreError::InvalidTopic(_) => K::InvalidTopicException,
         CoreError::InvalidPartitions(_) => K::InvalidPartitions,

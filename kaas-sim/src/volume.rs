@@ -109,6 +109,16 @@ impl State {
         Some(io::Error::new(io::Error::from_raw_os_error(errno).kind(), format!("injected {what}")))
     }
 
+    /// A file can only be created in a directory that exists, as on a real filesystem.
+    fn check_parent(&self, path: &str) -> io::Result<()> {
+        let parent = kaas_core::env::parent(path);
+        if parent.is_empty() || self.dirs.contains(parent) || self.paths.contains_key(path) {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::NotFound, format!("{parent}: no such directory")))
+        }
+    }
+
     /// How long the next sync (of a file or a directory) takes, in simulated milliseconds.
     fn sync_latency_ms(&mut self) -> u64 {
         let max = self.faults.sync_latency_ms_max;
@@ -364,6 +374,7 @@ impl Volume for SimVolume {
     async fn open(&self, path: &str) -> io::Result<SimFile> {
         let created = {
             let mut state = self.lock();
+            state.check_parent(path)?;
             match state.paths.get(path) {
                 Some(inode) => {
                     return Ok(SimFile { state: self.state.clone(), inode: *inode, host: self.host.clone() });
@@ -390,6 +401,7 @@ impl Volume for SimVolume {
         sleep_ms(latency_ms).await;
         let ticket = {
             let mut state = self.lock();
+            state.check_parent(path)?;
             if let Some(e) = state.injected_error() {
                 return Err(e);
             }

@@ -9,6 +9,8 @@ use kaas_sim::volume::{SimVolume, Torn, VolumeFaults};
 #[tokio::test]
 async fn a_crash_loses_unsynced_bytes_and_keeps_synced_ones() {
     let volume = SimVolume::default();
+    assert!(volume.open("p/00.log").await.is_err(), "no file in a directory that does not exist");
+    volume.create_dir_all("p").await.unwrap();
     let file = volume.open("p/00.log").await.unwrap();
     file.append(Bytes::from_static(b"durable")).await.unwrap();
     file.sync().await.unwrap();
@@ -43,6 +45,7 @@ async fn torn_writes_keep_whole_blocks_and_zero_the_gaps() {
 async fn other_hosts_see_a_writers_bytes_only_once_synced() {
     let volume = SimVolume::default();
     let (a, b) = (volume.for_host("a"), volume.for_host("b"));
+    a.create_dir_all("p").await.unwrap();
     let written = a.open("p/00.log").await.unwrap();
     written.append(Bytes::from_static(b"synced")).await.unwrap();
     written.sync().await.unwrap();
@@ -76,6 +79,9 @@ async fn a_crash_before_the_directory_sync_undoes_entry_changes() {
     let mut undone = 0;
     for seed in 0..10 {
         let volume = SimVolume::new(seed, faults).for_host("h");
+        for dir in ["a", "b", "c"] {
+            volume.create_dir_all(dir).await.unwrap();
+        }
         volume.write_atomic("a/state.json", Bytes::from_static(b"old")).await.unwrap();
         volume.open("c/doomed.log").await.unwrap();
         let (replacing, creating, removing) = {
@@ -109,6 +115,7 @@ async fn a_directory_sync_makes_earlier_entry_changes_durable_and_a_clean_exit_l
     let mut interrupted = 0;
     for seed in 0..10 {
         let volume = SimVolume::new(seed, faults).for_host("h");
+        volume.create_dir_all("d").await.unwrap();
         // A task that dies inside its directory sync (a process ending mid-call).
         let v = volume.clone();
         let creating = tokio::spawn(async move { v.open("d/early.log").await.map(|_| ()) });

@@ -239,6 +239,38 @@ impl<V: Volume> PartitionLog<V> {
         }
     }
 
+    /// The headers of every durable batch from the one containing `offset` to the high
+    /// watermark, read without the records: what rebuilding producer state needs.
+    pub async fn batch_headers(&self, offset: i64) -> Result<Vec<BatchHeader>, LogError> {
+        let mut headers = Vec::new();
+        let first = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
+        for seg in &self.segments[first..] {
+            let mut position =
+                if seg.base_offset < offset { seg.position_of(offset, seg.durable_len).await? } else { 0 };
+            while position < seg.durable_len {
+                let raw = seg.file.read_at(position, super::batch::HEADER_LEN).await?;
+                let header = BatchHeader::parse(&raw).map_err(|_| {
+                    LogError::Corrupt(format!(
+                        "{}: bad batch header at {position} of segment {}",
+                        self.dir, seg.base_offset
+                    ))
+                })?;
+                position += header.total_len() as u64;
+                headers.push(header);
+            }
+        }
+        Ok(headers)
+    }
+
+    /// How many segments the log has: it grows when the active segment rolls.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
     /// The base offset of the first batch with a timestamp at or after `timestamp`, or `None`.
     pub async fn offset_for_time(&self, timestamp: i64) -> Result<Option<i64>, LogError> {
         for seg in &self.segments {

@@ -16,6 +16,7 @@ mod list_offsets;
 mod metadata;
 mod offsets;
 mod produce;
+mod producers;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kaas_core::env::Env;
@@ -51,6 +52,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// Versions of Produce that are advertised but answered with UNSUPPORTED_VERSION.
@@ -115,6 +118,8 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::DeleteGroups => now!(groups::delete),
         ApiKey::OffsetCommit => now!(offsets::commit),
         ApiKey::OffsetFetch => now!(offsets::fetch),
+        ApiKey::InitProducerId => now!(producers::init_producer_id),
+        ApiKey::DescribeProducers => now!(producers::describe_producers),
         _ => Err(format!("no handler for {key:?}")),
     }
 }

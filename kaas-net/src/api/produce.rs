@@ -39,6 +39,11 @@ pub async fn handle<E: Env>(
                     (Some(_), None) => Pending::Done(Err(CoreError::CorruptMessage)),
                     (Some(partition), Some(records)) => match batch::split_produced(&records) {
                         Err(e) => Pending::Done(Err(e.into())),
+                        // Apache takes one batch per partition from an idempotent producer: its
+                        // sequence check is per batch.
+                        Ok(batches) if batches.len() > 1 && batches.iter().any(|(h, _)| h.producer_id >= 0) => {
+                            Pending::Done(Err(CoreError::InvalidRecord))
+                        }
                         Ok(batches) if acks == 0 => {
                             partition.append_unacknowledged(batches).await;
                             Pending::Done(Ok(kaas_core::partition::AppendOutcome {

@@ -1,0 +1,144 @@
+//! Producer-state snapshots: `<offset>.snapshot` in the partition directory holds the producer
+//! state as of log offset `offset` (everything below it applied). Written on segment roll and
+//! on shutdown; on start-up the newest one at or below the log end is loaded and the batch
+//! headers after it are applied, so the state matches the log exactly.
+//!
+//! Layout: format version (u32, big-endian), CRC32C of the rest (u32), then JSON. A snapshot
+//! that fails either check is reported and not used: the log itself is scanned instead.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::state::ProducerStates;
+use crate::env::{Volume, join};
+use crate::log::{LogError, PartitionLog};
+
+const FORMAT_VERSION: u32 = 1;
+const SUFFIX: &str = ".snapshot";
+/// Snapshots kept per partition; older ones are removed once a new one is durable.
+pub const KEPT: usize = 2;
+
+pub fn name(offset: i64) -> String {
+    format!("{offset:020}{SUFFIX}")
+}
+
+pub fn parse_name(name: &str) -> Option<i64> {
+    let digits = name.strip_suffix(SUFFIX)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+pub fn encode(states: &ProducerStates) -> Bytes {
+    let payload = serde_json::to_vec(states).expect("serialisable");
+    let mut b = BytesMut::with_capacity(payload.len() + 8);
+    b.put_u32(FORMAT_VERSION);
+    b.put_u32(crc32c::crc32c(&payload));
+    b.put_slice(&payload);
+    b.freeze()
+}
+
+pub fn decode(raw: &[u8]) -> Result<ProducerStates, String> {
+    if raw.len() < 8 {
+        return Err(format!("{} bytes, shorter than the header", raw.len()));
+    }
+    let version = u32::from_be_bytes(raw[..4].try_into().expect("4 bytes"));
+    if version != FORMAT_VERSION {
+        return Err(format!("unknown format version {version}"));
+    }
+    let crc = u32::from_be_bytes(raw[4..8].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&raw[8..]) != crc {
+        return Err("CRC mismatch".into());
+    }
+    serde_json::from_slice(&raw[8..]).map_err(|e| format!("unreadable: {e}"))
+}
+
+/// The producer state of `log`: the newest readable snapshot at or below the log end, then
+/// every batch after it (all of them if there is no snapshot).
+pub async fn restore<V: Volume>(volume: &V, log: &PartitionLog<V>) -> Result<ProducerStates, LogError> {
+    let dir = log.dir();
+    let mut offsets: Vec<i64> = volume.list(dir).await?.iter().filter_map(|n| parse_name(n)).collect();
+    offsets.sort_unstable_by(|a, b| b.cmp(a));
+    let mut restored = None;
+    for offset in offsets {
+        let path = join(dir, &name(offset));
+        if offset > log.log_end_offset() {
+            // It describes batches a crash took back: it must never be read again.
+            tracing::warn!(path, log_end_offset = log.log_end_offset(), "removing a snapshot past the log end");
+            volume.remove_file(&path).await?;
+            continue;
+        }
+        let Some(raw) = volume.read(&path).await? else { continue };
+        match decode(&raw) {
+            Ok(states) => {
+                restored = Some((offset, states));
+                break;
+            }
+            Err(why) => tracing::error!(path, why, "unusable producer state snapshot: rebuilding from the log"),
+        }
+    }
+    let (from, mut states) = match restored {
+        Some((_, states)) if crate::mutant!(SnapshotWithoutTailScan) => return Ok(states),
+        Some((offset, states)) => (offset, states),
+        None => (log.log_start_offset(), ProducerStates::default()),
+    };
+    states.truncate_head(log.log_start_offset());
+    let from = from.max(log.log_start_offset());
+    for header in log.batch_headers(from).await? {
+        if header.producer_id >= 0 && !header.is_control() && header.base_offset >= from {
+            states.apply(&header, header.base_offset);
+        }
+    }
+    Ok(states)
+}
+
+/// Writes the state as of the log end offset `offset` (atomic replace) and removes snapshots
+/// older than the last `KEPT`.
+pub async fn write<V: Volume>(volume: &V, dir: &str, offset: i64, states: &ProducerStates) -> std::io::Result<()> {
+    volume.write_atomic(&join(dir, &name(offset)), encode(states)).await?;
+    let mut offsets: Vec<i64> = volume.list(dir).await?.iter().filter_map(|n| parse_name(n)).collect();
+    offsets.sort_unstable();
+    for old in offsets.iter().rev().skip(KEPT) {
+        volume.remove_file(&join(dir, &name(*old))).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::BatchHeader;
+
+    #[test]
+    fn a_snapshot_round_trips_and_damage_is_detected() {
+        let mut states = ProducerStates::default();
+        let header = BatchHeader {
+            base_offset: 0,
+            batch_length: 100,
+            partition_leader_epoch: -1,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: 2,
+            base_timestamp: 5,
+            max_timestamp: 5,
+            producer_id: 1 << 40,
+            producer_epoch: 3,
+            base_sequence: 9,
+            records_count: 3,
+        };
+        states.apply(&header, 42);
+        let raw = encode(&states);
+        assert_eq!(decode(&raw).unwrap(), states);
+        let mut flipped = raw.to_vec();
+        let last = flipped.len() - 2;
+        flipped[last] ^= 1;
+        assert!(decode(&flipped).unwrap_err().contains("CRC"));
+        let mut future = raw.to_vec();
+        future[3] = 9;
+        assert!(decode(&future).unwrap_err().contains("format version"));
+        assert!(decode(&raw[..5]).is_err());
+        assert_eq!(parse_name(&name(42)), Some(42));
+        assert_eq!(parse_name("00000000000000000042.log"), None);
+    }
+}

@@ -1,0 +1,244 @@
+//! Per-partition producer state: the idempotence check that runs in the partition actor before
+//! every append of a batch carrying a producer id. Pure: no I/O, no clock; the actor feeds it
+//! batch headers and offsets, and the snapshot and the log tail rebuild it after a restart.
+//!
+//! For each producer id it keeps the epoch and the sequence ranges of the last
+//! `BATCHES_RETAINED` batches (the client's max.in.flight.requests.per.connection), and
+//! classifies an incoming batch as Apache Kafka's `ProducerAppendInfo` does:
+//! - the same epoch and exactly the sequence range of a retained batch: a duplicate, answered
+//!   with that batch's offset and not written again;
+//! - an epoch below the producer's: INVALID_PRODUCER_EPOCH;
+//! - a new epoch must start at sequence 0 (unless the producer is unknown);
+//! - the same epoch must continue at the last sequence + 1 (wrapping after i32::MAX), else
+//!   OUT_OF_ORDER_SEQUENCE_NUMBER;
+//! - an unknown producer (never seen, or expired) is accepted at any sequence.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::log::batch::BatchHeader;
+
+/// Batches remembered per producer: the Java client's default max.in.flight.
+pub const BATCHES_RETAINED: usize = 5;
+
+/// One appended batch of a producer, as the dedupe window remembers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchMetadata {
+    pub first_seq: i32,
+    pub last_seq: i32,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerEntry {
+    pub producer_epoch: i16,
+    /// Oldest first, at most `BATCHES_RETAINED`.
+    pub batches: VecDeque<BatchMetadata>,
+    /// The max timestamp of the producer's last batch: idle producers expire from it.
+    pub last_timestamp: i64,
+}
+
+impl ProducerEntry {
+    pub fn last_seq(&self) -> Option<i32> {
+        self.batches.back().map(|b| b.last_seq)
+    }
+}
+
+/// What to do with an incoming producer batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Append,
+    /// Already in the log at this offset: answer it, write nothing.
+    Duplicate {
+        base_offset: i64,
+    },
+    OutOfOrderSequence,
+    InvalidProducerEpoch,
+}
+
+/// The sequence of the last record of a batch: sequences wrap to 0 after i32::MAX.
+pub fn last_sequence(base_sequence: i32, last_offset_delta: i32) -> i32 {
+    let last = i64::from(base_sequence) + i64::from(last_offset_delta);
+    if last > i64::from(i32::MAX) { (last - i64::from(i32::MAX) - 1) as i32 } else { last as i32 }
+}
+
+fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
+    i64::from(next_seq) == i64::from(last_seq) + 1 || (next_seq == 0 && last_seq == i32::MAX)
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerStates {
+    producers: BTreeMap<i64, ProducerEntry>,
+    /// How many batches each producer keeps: `BATCHES_RETAINED` but for a simulation mutant.
+    #[serde(skip)]
+    window_override: Option<usize>,
+}
+
+impl ProducerStates {
+    pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
+        self.producers.get(&producer_id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&i64, &ProducerEntry)> {
+        self.producers.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    fn window(&self) -> usize {
+        if crate::mutant!(DedupeWindowOfOne) { 1 } else { self.window_override.unwrap_or(BATCHES_RETAINED) }
+    }
+
+    /// Classifies a batch with a producer id (`header.producer_id >= 0`) before it is appended.
+    pub fn check(&self, header: &BatchHeader) -> Verdict {
+        debug_assert!(header.producer_id >= 0);
+        let Some(entry) = self.producers.get(&header.producer_id) else { return Verdict::Append };
+        let first_seq = header.base_sequence;
+        let last_seq = last_sequence(first_seq, header.last_offset_delta);
+        if header.producer_epoch == entry.producer_epoch
+            && let Some(dup) = entry.batches.iter().find(|b| b.first_seq == first_seq && b.last_seq == last_seq)
+        {
+            return Verdict::Duplicate { base_offset: dup.base_offset };
+        }
+        if header.producer_epoch < entry.producer_epoch {
+            return Verdict::InvalidProducerEpoch;
+        }
+        if header.producer_epoch != entry.producer_epoch {
+            return if first_seq == 0 { Verdict::Append } else { Verdict::OutOfOrderSequence };
+        }
+        match entry.last_seq() {
+            Some(last) if !in_sequence(last, first_seq) => Verdict::OutOfOrderSequence,
+            _ => Verdict::Append,
+        }
+    }
+
+    /// Records a batch appended at `base_offset` (from a produce that `check` let through, or
+    /// from the log while rebuilding, where whatever is in the log wins).
+    pub fn apply(&mut self, header: &BatchHeader, base_offset: i64) {
+        if header.producer_id < 0 {
+            return;
+        }
+        let window = self.window();
+        let entry = self.producers.entry(header.producer_id).or_insert_with(|| ProducerEntry {
+            producer_epoch: header.producer_epoch,
+            batches: VecDeque::new(),
+            last_timestamp: header.max_timestamp,
+        });
+        if header.producer_epoch != entry.producer_epoch {
+            // A new epoch starts a new sequence: the old window means nothing for it.
+            entry.producer_epoch = header.producer_epoch;
+            entry.batches.clear();
+        }
+        entry.batches.push_back(BatchMetadata {
+            first_seq: header.base_sequence,
+            last_seq: last_sequence(header.base_sequence, header.last_offset_delta),
+            base_offset,
+            last_offset: base_offset + i64::from(header.last_offset_delta),
+            max_timestamp: header.max_timestamp,
+        });
+        while entry.batches.len() > window {
+            entry.batches.pop_front();
+        }
+        entry.last_timestamp = entry.last_timestamp.max(header.max_timestamp);
+        assert!(entry.batches.len() <= window, "the dedupe window is bounded");
+    }
+
+    /// Forgets producers idle (by their batches' timestamps) for `expiration_ms` at `now_ms`,
+    /// as `producer.id.expiration.ms` asks. Returns how many were forgotten.
+    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
+        before - self.producers.len()
+    }
+
+    /// Forgets the producers whose every batch lies below `log_start_offset` (DeleteRecords,
+    /// retention), as Apache does when it removes their segments.
+    pub fn truncate_head(&mut self, log_start_offset: i64) {
+        self.producers.retain(|_, e| e.batches.back().is_none_or(|b| b.last_offset >= log_start_offset));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(producer_id: i64, producer_epoch: i16, base_sequence: i32, records: i32) -> BatchHeader {
+        BatchHeader {
+            base_offset: 0,
+            batch_length: 100,
+            partition_leader_epoch: -1,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: records - 1,
+            base_timestamp: 1000,
+            max_timestamp: 1000,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            records_count: records,
+        }
+    }
+
+    #[test]
+    fn a_retry_within_the_window_is_a_duplicate_with_its_original_offset() {
+        let mut states = ProducerStates::default();
+        for (i, seq) in [0, 3, 6, 9, 12, 15].iter().enumerate() {
+            let b = batch(7, 0, *seq, 3);
+            assert_eq!(states.check(&b), Verdict::Append);
+            states.apply(&b, 100 + 3 * i as i64);
+        }
+        assert_eq!(states.check(&batch(7, 0, 3, 3)), Verdict::Duplicate { base_offset: 103 });
+        assert_eq!(states.check(&batch(7, 0, 15, 3)), Verdict::Duplicate { base_offset: 115 });
+        assert_eq!(states.check(&batch(7, 0, 0, 3)), Verdict::OutOfOrderSequence, "older than the 5 retained");
+        assert_eq!(states.check(&batch(7, 0, 4, 2)), Verdict::OutOfOrderSequence, "a different range");
+        assert_eq!(states.check(&batch(7, 0, 19, 1)), Verdict::OutOfOrderSequence, "a gap");
+        assert_eq!(states.check(&batch(7, 0, 18, 1)), Verdict::Append);
+    }
+
+    #[test]
+    fn epochs_fence_and_restart_the_sequence() {
+        let mut states = ProducerStates::default();
+        states.apply(&batch(7, 3, 0, 5), 0);
+        assert_eq!(states.check(&batch(7, 2, 5, 1)), Verdict::InvalidProducerEpoch);
+        assert_eq!(states.check(&batch(7, 4, 5, 1)), Verdict::OutOfOrderSequence, "a new epoch starts at 0");
+        assert_eq!(states.check(&batch(7, 4, 0, 1)), Verdict::Append);
+        states.apply(&batch(7, 4, 0, 1), 5);
+        assert_eq!(states.check(&batch(7, 3, 0, 5)), Verdict::InvalidProducerEpoch, "the old duplicate is fenced too");
+        assert_eq!(states.get(7).unwrap().batches.len(), 1);
+    }
+
+    #[test]
+    fn an_unknown_producer_is_accepted_at_any_sequence_and_sequences_wrap() {
+        let mut states = ProducerStates::default();
+        let b = batch(9, 0, i32::MAX - 1, 2);
+        assert_eq!(states.check(&b), Verdict::Append);
+        states.apply(&b, 10);
+        assert_eq!(states.get(9).unwrap().last_seq(), Some(i32::MAX));
+        assert_eq!(states.check(&batch(9, 0, 1, 1)), Verdict::OutOfOrderSequence);
+        assert_eq!(states.check(&batch(9, 0, 0, 1)), Verdict::Append, "wraps to 0 after i32::MAX");
+        assert_eq!(last_sequence(i32::MAX, 2), 1);
+    }
+
+    #[test]
+    fn idle_producers_expire_and_deleted_ones_are_forgotten() {
+        let mut states = ProducerStates::default();
+        states.apply(&batch(1, 0, 0, 1), 0);
+        let mut late = batch(2, 0, 0, 1);
+        late.max_timestamp = 5000;
+        states.apply(&late, 1);
+        assert_eq!(states.expire(1000 + 3000, 3000), 1);
+        assert!(states.get(1).is_none() && states.get(2).is_some());
+        states.truncate_head(2);
+        assert!(states.is_empty());
+    }
+}
