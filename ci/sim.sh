@@ -4,7 +4,7 @@
 # determinism check. Fails on any violation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SEEDS=${KAAS_SIM_SEEDS:-1000}
+SEEDS=${KAAS_SIM_SEEDS:-500}
 cargo build --release -p kaas-sim
 sim=target/release/kaas-sim
 status=0

@@ -16,7 +16,8 @@ async def main():
     await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
     await admin.close()
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip",
+                                enable_idempotence=True)
     await producer.start()
     acked = set()
     for i in range(count):

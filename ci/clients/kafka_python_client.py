@@ -13,10 +13,8 @@ admin = KafkaAdminClient(bootstrap_servers=bootstrap)
 admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
 assert topic in admin.list_topics(), admin.list_topics()
 
-# kafka-python 3 turns idempotence on by default; InitProducerId arrives with the idempotent
-# producer (issue 4), until then this script asks for the plain producer.
-producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip",
-                         enable_idempotence=False)
+# kafka-python 3 turns idempotence on by default: InitProducerId, then sequenced batches.
+producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip")
 futures = [producer.send(topic, key=str(i).encode(), value=f"m{i}".encode()) for i in range(count)]
 producer.flush()
 acked = {(m.partition, m.offset) for m in (f.get(timeout=30) for f in futures)}

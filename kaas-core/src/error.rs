@@ -14,6 +14,8 @@ pub enum CoreError {
     OutOfOrderSequenceNumber,
     /// A producer's batch carries an epoch older than the partition has seen.
     InvalidProducerEpoch,
+    /// The partition has no state for the producer and its batch does not start a sequence.
+    UnknownProducerId,
     TopicAlreadyExists,
     InvalidTopic(String),
     InvalidPartitions(String),

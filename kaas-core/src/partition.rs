@@ -350,6 +350,7 @@ impl<E: Env> PartitionActor<E> {
                             }
                             Verdict::OutOfOrderSequence => Some(CoreError::OutOfOrderSequenceNumber),
                             Verdict::InvalidProducerEpoch => Some(CoreError::InvalidProducerEpoch),
+                            Verdict::UnknownProducerId => Some(CoreError::UnknownProducerId),
                         };
                         if let Some(error) = refused {
                             if let Some(reply) = reply {

@@ -9,6 +9,7 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::NotLeaderOrFollower => K::NotLeaderOrFollower,
         CoreError::OutOfOrderSequenceNumber => K::OutOfOrderSequenceNumber,
         CoreError::InvalidProducerEpoch => K::InvalidProducerEpoch,
+        CoreError::UnknownProducerId => K::UnknownProducerId,
         CoreError::TopicAlreadyExists => K::TopicAlreadyExists,
         CoreError::InvalidTopic(_) => K::InvalidTopicException,
         CoreError::InvalidPartitions(_) => K::InvalidPartitions,

@@ -49,12 +49,12 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 /// Produces `records` keeping at most `window` unacknowledged; returns MB/s and the p50 and
 /// p99 of send-to-ack latency.
-async fn produce(bootstrap: &str, records: usize, window: usize) -> (f64, Duration, Duration) {
+async fn produce(bootstrap: &str, records: usize, window: usize, idempotent: bool) -> (f64, Duration, Duration) {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
         .set("linger.ms", "5")
-        .set("enable.idempotence", "false")
+        .set("enable.idempotence", if idempotent { "true" } else { "false" })
         .set("queue.buffering.max.messages", "1000000")
         .create()
         .expect("producer");
@@ -118,13 +118,17 @@ fn main() {
         let topic = NewTopic::new("bench", PARTITIONS, TopicReplication::Fixed(1));
         admin.create_topics([&topic], &AdminOptions::new()).await.unwrap();
         println!("produce: {records} records of {RECORD_BYTES} B, acks=all, {PARTITIONS} partitions, linger.ms=5");
+        // Idempotence off and on, interleaved, so that drift of the machine hits both alike.
         for window in [100, 1000, 10_000] {
-            let (mbps, p50, p99) = produce(&bootstrap, records, window).await;
-            println!(
-                "  at most {window:>6} unacked: {mbps:8.1} MB/s   latency p50 {:6.1} ms   p99 {:6.1} ms",
-                p50.as_secs_f64() * 1e3,
-                p99.as_secs_f64() * 1e3
-            );
+            for idempotent in [false, true] {
+                let (mbps, p50, p99) = produce(&bootstrap, records, window, idempotent).await;
+                println!(
+                    "  at most {window:>6} unacked, idempotence {:>3}: {mbps:8.1} MB/s   latency p50 {:6.1} ms   p99 {:6.1} ms",
+                    if idempotent { "on" } else { "off" },
+                    p50.as_secs_f64() * 1e3,
+                    p99.as_secs_f64() * 1e3
+                );
+            }
         }
     });
     let _ = kaas.kill();

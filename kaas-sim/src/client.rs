@@ -24,6 +24,8 @@ pub struct WireClient {
     correlation_id: i32,
     /// A call failed on this connection: it must not be used again.
     broken: bool,
+    /// Correlation ids of produce requests sent ahead and not yet answered.
+    in_flight: std::collections::VecDeque<i32>,
 }
 
 /// What a call to the broker came to.
@@ -51,7 +53,7 @@ impl WireClient {
     pub async fn connect(host: &str, port: u16) -> io::Result<WireClient> {
         let connecting = TcpStream::connect((host, port));
         let stream = tokio::time::timeout(REQUEST_TIMEOUT, connecting).await.map_err(|_| io::ErrorKind::TimedOut)??;
-        Ok(WireClient { stream, correlation_id: 0, broken: false })
+        Ok(WireClient { stream, correlation_id: 0, broken: false, in_flight: Default::default() })
     }
 
     /// One request and its response; an error (the timeout included) leaves the connection
@@ -447,6 +449,104 @@ impl WireClient {
             Ok(r) if r.error_code == 0 => Outcome::Ok(()),
             Ok(r) => Outcome::Failed(r.error_code),
             Err(_) => Outcome::Indefinite,
+        }
+    }
+}
+
+/// An idempotent producer's identity and where a batch sits in its sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerStamp {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+/// The idempotent producer's calls: its id, and produce requests pipelined on one connection
+/// (sent ahead, answered in order), as real clients keep up to five in flight.
+impl WireClient {
+    /// InitProducerId without a transactional id: a fresh producer id at epoch 0.
+    pub async fn init_producer_id(&mut self) -> Outcome<(i64, i16)> {
+        let request = InitProducerIdRequest::default().with_transaction_timeout_ms(60_000);
+        match self.call::<_, InitProducerIdResponse>(ApiKey::InitProducerId, 4, &request).await {
+            Ok(r) if r.error_code == 0 => Outcome::Ok((r.producer_id.0, r.producer_epoch)),
+            Ok(r) => Outcome::Failed(r.error_code),
+            Err(_) => Outcome::Indefinite,
+        }
+    }
+
+    /// Sends one acks=all batch stamped with the producer's id, epoch and sequence, without
+    /// waiting for the answer; `recv_produce` reads the answers in the order sent.
+    pub async fn send_produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        values: &[Bytes],
+        timestamp_ms: i64,
+        stamp: ProducerStamp,
+    ) -> io::Result<()> {
+        let records: Vec<Record> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: stamp.producer_id,
+                producer_epoch: stamp.producer_epoch,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: stamp.base_sequence.wrapping_add(i as i32),
+                timestamp: timestamp_ms,
+                key: None,
+                value: Some(v.clone()),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut batch = BytesMut::new();
+        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+        RecordBatchEncoder::encode(&mut batch, records.iter(), &options).map_err(io::Error::other)?;
+        let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+            TopicProduceData::default().with_name(TopicName(text(topic))).with_partition_data(vec![
+                PartitionProduceData::default().with_index(partition).with_records(Some(batch.freeze())),
+            ]),
+        ]);
+        let frame = self.frame(ApiKey::Produce, 9, &request)?;
+        let sent = tokio::time::timeout(REQUEST_TIMEOUT, self.stream.write_all(&frame))
+            .await
+            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))
+            .flatten();
+        self.broken |= sent.is_err();
+        self.in_flight.push_back(self.correlation_id);
+        sent
+    }
+
+    /// The answer to the oldest produce sent with `send_produce`: its base offset.
+    pub async fn recv_produce(&mut self) -> Outcome<i64> {
+        let Some(correlation_id) = self.in_flight.pop_front() else { return Outcome::Failed(-1) };
+        let read = async {
+            let size = self.stream.read_i32().await?;
+            let mut buf = vec![0u8; size.max(0) as usize];
+            self.stream.read_exact(&mut buf).await?;
+            let mut buf = Bytes::from(buf);
+            let header = ResponseHeader::decode(&mut buf, ApiKey::Produce.response_header_version(9))
+                .map_err(io::Error::other)?;
+            if header.correlation_id != correlation_id {
+                return Err(io::Error::other("correlation id mismatch"));
+            }
+            ProduceResponse::decode(&mut buf, 9).map_err(io::Error::other)
+        };
+        let response = match tokio::time::timeout(REQUEST_TIMEOUT, read).await {
+            Ok(Ok(response)) => response,
+            _ => {
+                self.broken = true;
+                return Outcome::Indefinite;
+            }
+        };
+        match response.responses.first().and_then(|t| t.partition_responses.first()) {
+            Some(p) if p.error_code == 0 => Outcome::Ok(p.base_offset),
+            Some(p) => Outcome::Failed(p.error_code),
+            None => Outcome::Failed(-1),
         }
     }
 }

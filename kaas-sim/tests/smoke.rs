@@ -1,7 +1,7 @@
 //! The first proof that the seams are real: the production broker in a turmoil host serves a
 //! simulated wire client, survives a crash with torn writes, and a seed replays bit for bit.
 
-use kaas_sim::scenarios::{groups, smoke};
+use kaas_sim::scenarios::{groups, idempotence, smoke};
 
 #[test]
 fn smoke_seeds_pass() {
@@ -21,11 +21,19 @@ fn groups_seeds_pass() {
 }
 
 #[test]
+fn idempotence_seeds_pass() {
+    for seed in 0..8 {
+        let result = idempotence::run(seed);
+        assert!(result.pass, "seed {seed}: {:?}", result.violations);
+    }
+}
+
+#[test]
 fn every_scenario_is_listed_with_its_name_first() {
     let (ok, out) = kaas_sim(&["list"]);
     assert!(ok);
     let names: Vec<&str> = out.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    assert_eq!(names, vec!["smoke", "groups"]);
+    assert_eq!(names, vec!["smoke", "groups", "idempotence"]);
 }
 
 fn kaas_sim(args: &[&str]) -> (bool, String) {
@@ -53,5 +61,5 @@ fn a_seed_replays_to_the_same_trace() {
 fn every_mutant_is_caught() {
     let (ok, out) = kaas_sim(&["mutants", "--seeds", "0..2000"]);
     assert!(ok, "a mutant survived:\n{out}");
-    assert_eq!(out.lines().filter(|l| l.contains("caught_by_seed=")).count(), 6, "{out}");
+    assert_eq!(out.lines().filter(|l| l.contains("caught_by_seed=")).count(), 9, "{out}");
 }

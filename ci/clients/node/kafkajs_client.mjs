@@ -12,7 +12,7 @@ const admin = kafka.admin()
 await admin.connect()
 await admin.createTopics({ topics: [{ topic, numPartitions: 3 }], waitForLeaders: true })
 
-const producer = kafka.producer()
+const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 5 })
 await producer.connect()
 let acked = 0
 for (let b = 0; b < count / 30; b++) {

@@ -11,7 +11,12 @@
 //! - a new epoch must start at sequence 0 (unless the producer is unknown);
 //! - the same epoch must continue at the last sequence + 1 (wrapping after i32::MAX), else
 //!   OUT_OF_ORDER_SEQUENCE_NUMBER;
-//! - an unknown producer (never seen, or expired) is accepted at any sequence.
+//! - an unknown producer (never seen, expired, or its batches deleted) must start at sequence
+//!   0, else UNKNOWN_PRODUCER_ID. Apache since 2.5 accepts any sequence there, which lets a
+//!   producer whose first batch failed get its second one written: a gap in its sequence that
+//!   no retry can fill. kaas keeps the older answer (Kafka 1.0 to 2.4), which clients handle by
+//!   starting a new epoch, so that the log of every producer stays gapless (DESIGN.md,
+//!   invariant 2).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -57,6 +62,8 @@ pub enum Verdict {
     },
     OutOfOrderSequence,
     InvalidProducerEpoch,
+    /// No state for this producer and a first sequence other than 0.
+    UnknownProducerId,
 }
 
 /// The sequence of the last record of a batch: sequences wrap to 0 after i32::MAX.
@@ -101,7 +108,9 @@ impl ProducerStates {
     /// Classifies a batch with a producer id (`header.producer_id >= 0`) before it is appended.
     pub fn check(&self, header: &BatchHeader) -> Verdict {
         debug_assert!(header.producer_id >= 0);
-        let Some(entry) = self.producers.get(&header.producer_id) else { return Verdict::Append };
+        let Some(entry) = self.producers.get(&header.producer_id) else {
+            return if header.base_sequence == 0 { Verdict::Append } else { Verdict::UnknownProducerId };
+        };
         let first_seq = header.base_sequence;
         let last_seq = last_sequence(first_seq, header.last_offset_delta);
         if header.producer_epoch == entry.producer_epoch
@@ -218,10 +227,12 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_producer_is_accepted_at_any_sequence_and_sequences_wrap() {
+    fn an_unknown_producer_starts_at_zero_and_sequences_wrap() {
         let mut states = ProducerStates::default();
+        assert_eq!(states.check(&batch(9, 0, 4, 2)), Verdict::UnknownProducerId);
+        assert_eq!(states.check(&batch(9, 0, 0, 2)), Verdict::Append);
+        // Rebuilding from the log takes whatever the log holds.
         let b = batch(9, 0, i32::MAX - 1, 2);
-        assert_eq!(states.check(&b), Verdict::Append);
         states.apply(&b, 10);
         assert_eq!(states.get(9).unwrap().last_seq(), Some(i32::MAX));
         assert_eq!(states.check(&batch(9, 0, 1, 1)), Verdict::OutOfOrderSequence);

@@ -63,6 +63,7 @@ pub async fn handle<E: Env>(
         return Ok(Answer::Now(Response::Nothing));
     }
     let header = header.clone();
+    let version = header.request_api_version;
     Ok(Answer::Later(Box::pin(async move {
         let mut responses = Vec::new();
         for (name, partitions) in topics {
@@ -71,6 +72,12 @@ pub async fn handle<E: Env>(
                 let result = match pending {
                     Pending::Done(result) => result,
                     Pending::Waiting(rx) => rx.await.unwrap_or(Err(CoreError::Storage("partition stopped".into()))),
+                };
+                // UNKNOWN_PRODUCER_ID came with Kafka 1.0 (Produce v5); older clients know only
+                // the out-of-order answer.
+                let result = match result {
+                    Err(CoreError::UnknownProducerId) if version < 5 => Err(CoreError::OutOfOrderSequenceNumber),
+                    other => other,
                 };
                 partition_responses.push(partition_response(index, result));
             }

@@ -5,6 +5,7 @@
 
 pub mod commits;
 pub mod consumers;
+pub mod idempotence;
 pub mod log;
 
 use std::collections::{BTreeMap, BTreeSet};

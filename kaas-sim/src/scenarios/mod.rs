@@ -2,6 +2,7 @@
 
 mod common;
 pub mod groups;
+pub mod idempotence;
 pub mod smoke;
 
 /// What one seed of one scenario came to.
@@ -37,6 +38,11 @@ pub const ALL: &[Scenario] = &[
         name: "groups",
         about: "a consumer group of member hosts over several partitions; broker and member crashes, rebalances",
         run: groups::run,
+    },
+    Scenario {
+        name: "idempotence",
+        about: "idempotent producers, five requests in flight, retrying through crashes: no batch written twice",
+        run: idempotence::run,
     },
 ];
 
