@@ -57,8 +57,15 @@ cluster = admin.describe_cluster()
 assert cluster["controller_id"] == 0 and len(cluster["brokers"]) == 1, cluster
 admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0", configs={"log.retention.bytes": ("DELETE", None)})])
 
+# DescribeProducers (KIP-664): each partition remembers the one idempotent producer.
+from kafka import TopicPartition
+states = admin.describe_producers([TopicPartition(topic, p) for p in range(3)])
+producers = {state.producer_id for ps in states.values() for state in ps.active_producers}
+assert len(producers) == 1 and producers.pop() >= 1 << 40, states
+assert all(s.producer_epoch == 0 and s.last_sequence >= 0 for ps in states.values() for s in ps.active_producers), states
+
 # DeleteGroups: the empty group goes, with its committed offsets.
 deleted = admin.delete_groups([group])
 assert "Error" not in str(deleted), deleted
 assert not any(group in str(g) for g in admin.list_groups()), admin.list_groups()
-print(f"kafka-python: {count} produced, consumed and committed; configs altered and described")
+print(f"kafka-python: {count} produced idempotently, consumed and committed; configs altered and described; producers described")

@@ -463,3 +463,64 @@ fn reply_unavailable(command: Command) {
         | Command::Stop { .. } => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::real::{RealEnv, RealRng};
+    use crate::log::batch::tests::make_producer_batch;
+
+    async fn produce(partition: &PartitionHandle, batch: Bytes) -> CoreResult<i64> {
+        let header = crate::log::batch::check(&batch).expect("a valid batch");
+        partition.append(vec![(header, batch)]).await.await.expect("answered").map(|o| o.base_offset)
+    }
+
+    /// Retries are recognised across a restart, whether the original lies before the snapshot
+    /// taken at a segment roll, after it (found by the tail scan), or in a closed segment.
+    #[tokio::test]
+    async fn producer_state_survives_a_restart_through_snapshot_and_tail_scan() {
+        let dir =
+            std::env::temp_dir().join(format!("kaas-partition-{:x}", crate::env::Rng::next_u64(&RealRng::default())));
+        let env = RealEnv::new(&dir);
+        let settings = PartitionSettings {
+            log: LogConfig { segment_bytes: 400, ..LogConfig::default() },
+            max_message_bytes: 1 << 20,
+            producer_id_expiration_ms: 86_400_000,
+        };
+        let (pid, now) = (1 << 40, 1_767_225_600_000);
+        let batch = |seq: i32| make_producer_batch(5, now, pid, 0, seq);
+        let (data_version, _) = watch::channel(0);
+        let partition = start(&env, "t-0".into(), settings, data_version.clone()).await;
+        let mut offsets = Vec::new();
+        for i in 0..12 {
+            offsets.push(produce(&partition, batch(i * 5)).await.unwrap());
+        }
+        assert_eq!(produce(&partition, batch(55)).await.unwrap(), offsets[11], "a retry within the window");
+        assert_eq!(produce(&partition, batch(30)).await, Err(CoreError::OutOfOrderSequenceNumber), "older than 5");
+        assert_eq!(produce(&partition, batch(65)).await, Err(CoreError::OutOfOrderSequenceNumber), "a gap");
+        let other = make_producer_batch(1, now, pid + 1, 0, 3);
+        assert_eq!(produce(&partition, other).await, Err(CoreError::UnknownProducerId));
+        // No clean stop: the state comes back from the roll's snapshot and the tail after it.
+        drop(partition);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let names = crate::env::Volume::list(crate::env::Env::volume(&env), "t-0").await.unwrap();
+        let snapshots = names.iter().filter(|n| n.ends_with(".snapshot"));
+        assert!(snapshots.count() >= 1, "segment rolls wrote snapshots");
+        let partition = start(&env, "t-0".into(), settings, data_version).await;
+        let end = partition.watermarks().log_end_offset;
+        assert_eq!(produce(&partition, batch(55)).await.unwrap(), offsets[11]);
+        assert_eq!(produce(&partition, batch(35)).await.unwrap(), offsets[7]);
+        assert_eq!(partition.watermarks().log_end_offset, end, "retries wrote nothing");
+        assert_eq!(
+            produce(&partition, make_producer_batch(5, now, pid, 1, 3)).await,
+            Err(CoreError::OutOfOrderSequenceNumber),
+            "a new epoch starts at 0"
+        );
+        assert_eq!(produce(&partition, make_producer_batch(5, now, pid, 1, 0)).await.unwrap(), end);
+        assert_eq!(produce(&partition, batch(60)).await, Err(CoreError::InvalidProducerEpoch));
+        let described = partition.describe_producers().await.unwrap();
+        assert_eq!(described.len(), 1);
+        assert_eq!((described[0].0, described[0].1.producer_epoch, described[0].1.last_seq()), (pid, 1, Some(4)));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

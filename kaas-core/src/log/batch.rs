@@ -218,6 +218,17 @@ pub mod tests {
         Bytes::from(b)
     }
 
+    /// `make_batch` stamped by an idempotent producer.
+    pub fn make_producer_batch(count: i32, timestamp: i64, producer_id: i64, epoch: i16, sequence: i32) -> Bytes {
+        let mut b = make_batch(0, count, timestamp).to_vec();
+        b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        b[51..53].copy_from_slice(&epoch.to_be_bytes());
+        b[53..57].copy_from_slice(&sequence.to_be_bytes());
+        let crc = crc32c::crc32c(&b[CRC_START..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(b)
+    }
+
     #[test]
     fn a_valid_batch_parses_and_a_flipped_byte_is_corrupt() {
         let batch = make_batch(0, 3, 1000);
