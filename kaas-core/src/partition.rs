@@ -396,6 +396,8 @@ impl<E: Env> PartitionActor<E> {
             }
             Command::DeleteRecords { offset, reply } => {
                 let result = log.delete_records(offset).await.map_err(CoreError::from);
+                // Producers whose every batch is gone are forgotten, as Apache does.
+                self.producers.truncate_head(log.log_start_offset());
                 self.publish();
                 let _ = reply.send(result);
             }
