@@ -44,6 +44,7 @@ pub mod producer;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod topics;
+pub mod txn;
 
 pub use broker::Broker;
 pub use config::BrokerConfig;
