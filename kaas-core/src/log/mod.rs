@@ -3,6 +3,7 @@
 //! requests or the wire.
 
 pub mod batch;
+pub mod control;
 mod partition_log;
 pub mod segment;
 
