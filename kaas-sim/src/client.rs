@@ -177,35 +177,10 @@ impl WireClient {
         timestamp_ms: i64,
         acks: i16,
     ) -> Outcome<i64> {
-        let records: Vec<Record> = values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: timestamp_ms,
-                key: None,
-                value: Some(v.clone()),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut batch = BytesMut::new();
-        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
-        if RecordBatchEncoder::encode(&mut batch, records.iter(), &options).is_err() {
+        let no_producer = ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
+        let Ok(request) = produce_request(topic, partition, values, timestamp_ms, no_producer, acks) else {
             return Outcome::Failed(-1);
-        }
-        let request = ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![
-            TopicProduceData::default().with_name(TopicName(text(topic))).with_partition_data(vec![
-                PartitionProduceData::default().with_index(partition).with_records(Some(batch.freeze())),
-            ]),
-        ]);
+        };
         if acks == 0 {
             let _ = self.send_only(ApiKey::Produce, 9, &request).await;
             return Outcome::Indefinite;
@@ -484,39 +459,8 @@ impl WireClient {
         timestamp_ms: i64,
         stamp: ProducerStamp,
     ) -> io::Result<()> {
-        let records: Vec<Record> = values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: stamp.producer_id,
-                producer_epoch: stamp.producer_epoch,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: stamp.base_sequence.wrapping_add(i as i32),
-                timestamp: timestamp_ms,
-                key: None,
-                value: Some(v.clone()),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut batch = BytesMut::new();
-        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
-        RecordBatchEncoder::encode(&mut batch, records.iter(), &options).map_err(io::Error::other)?;
-        let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
-            TopicProduceData::default().with_name(TopicName(text(topic))).with_partition_data(vec![
-                PartitionProduceData::default().with_index(partition).with_records(Some(batch.freeze())),
-            ]),
-        ]);
-        let frame = self.frame(ApiKey::Produce, 9, &request)?;
-        let sent = tokio::time::timeout(REQUEST_TIMEOUT, self.stream.write_all(&frame))
-            .await
-            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))
-            .flatten();
-        self.broken |= sent.is_err();
+        let request = produce_request(topic, partition, values, timestamp_ms, stamp, -1)?;
+        let sent = self.send_only(ApiKey::Produce, 9, &request).await;
         self.in_flight.push_back(self.correlation_id);
         sent
     }
@@ -549,4 +493,44 @@ impl WireClient {
             None => Outcome::Failed(-1),
         }
     }
+}
+
+/// A Produce request of one uncompressed batch of `values`, stamped by `stamp` (producer id -1
+/// for a plain producer, whose records carry no sequence).
+fn produce_request(
+    topic: &str,
+    partition: i32,
+    values: &[Bytes],
+    timestamp_ms: i64,
+    stamp: ProducerStamp,
+    acks: i16,
+) -> io::Result<ProduceRequest> {
+    let sequenced = stamp.producer_id >= 0;
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: stamp.producer_id,
+            producer_epoch: stamp.producer_epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: if sequenced { stamp.base_sequence.wrapping_add(i as i32) } else { -1 },
+            timestamp: timestamp_ms,
+            key: None,
+            value: Some(v.clone()),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut batch = BytesMut::new();
+    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut batch, records.iter(), &options).map_err(io::Error::other)?;
+    Ok(ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![
+        TopicProduceData::default().with_name(TopicName(text(topic))).with_partition_data(vec![
+            PartitionProduceData::default().with_index(partition).with_records(Some(batch.freeze())),
+        ]),
+    ]))
 }

@@ -192,3 +192,49 @@ pub async fn final_committed(host: &str, group: &str, topic: &str, partition: i3
         }
     }
 }
+
+/// A simulation with the scenarios' shared settings: 1 ms ticks, the seed's network latency,
+/// and BUGGIFY switched on (or off) as the knobs say.
+pub fn simulation<'a>(
+    seed: u64,
+    seconds_max: u64,
+    max_message_latency_ms: u64,
+    buggify: Option<u64>,
+) -> turmoil::Sim<'a> {
+    kaas_core::sim::set_buggify(buggify);
+    turmoil::Builder::new()
+        .rng_seed(seed)
+        .simulation_duration(Duration::from_secs(seconds_max))
+        .tick_duration(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(max_message_latency_ms))
+        .build()
+}
+
+/// The result of a finished run: the volume's own violations added, the history kept if
+/// anything failed, the trace digested from the history, the volume and the simulated time.
+pub fn finish(
+    scenario: &str,
+    seed: u64,
+    knobs: &impl std::fmt::Debug,
+    mut violations: Vec<String>,
+    history: &History,
+    volume: &crate::volume::SimVolume,
+    sim: &turmoil::Sim<'_>,
+) -> super::RunResult {
+    violations.extend(volume.violations());
+    let options = format!("{knobs:?} buggify_sites={:?}", kaas_core::sim::buggify_enabled());
+    kaas_core::sim::set_buggify(None);
+    let kept = history.keep(&violations, scenario, seed, &options);
+    let mut trace = super::Digest::default();
+    trace.feed_u64(history.digest.finish());
+    trace.feed_u64(volume.digest());
+    trace.feed_u64(sim.elapsed().as_millis() as u64);
+    super::RunResult {
+        pass: violations.is_empty(),
+        trace: trace.finish(),
+        sim_seconds: sim.elapsed().as_secs_f64(),
+        violations,
+        history: kept,
+        options,
+    }
+}

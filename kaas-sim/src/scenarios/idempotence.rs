@@ -16,8 +16,8 @@ use kaas_core::BrokerConfig;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::RunResult;
 use super::common::{self, Shared};
-use super::{Digest, RunResult};
 use crate::checkers::{self, idempotence::Sender};
 use crate::client::{Outcome, ProducerStamp};
 use crate::faults::{self, Fault, Planned, Trigger};
@@ -235,13 +235,7 @@ pub fn run(seed: u64) -> RunResult {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let knobs = Knobs::from_seed(&mut rng);
     let volume = SimVolume::new(rng.random(), knobs.faults);
-    kaas_core::sim::set_buggify(knobs.buggify);
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(seed)
-        .simulation_duration(Duration::from_secs(SIM_SECONDS_MAX))
-        .tick_duration(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(knobs.max_message_latency_ms))
-        .build();
+    let mut sim = common::simulation(seed, SIM_SECONDS_MAX, knobs.max_message_latency_ms, knobs.buggify);
     let config = BrokerConfig { log_segment_bytes: knobs.segment_bytes, ..BrokerConfig::default() };
     let control = hosts::add_broker(&mut sim, "broker", volume.clone(), rng.random(), knobs.clock_skew_ms, config);
     let world = Shared::default();
@@ -262,20 +256,5 @@ pub fn run(seed: u64) -> RunResult {
             violations.extend(checkers::idempotence::check(&name, &history.read, &p.sender_of));
         }
     }
-    violations.extend(volume.violations());
-    let options = format!("{knobs:?} buggify_sites={:?}", kaas_core::sim::buggify_enabled());
-    kaas_core::sim::set_buggify(None);
-    let history = w.history.keep(&violations, "idempotence", seed, &options);
-    let mut trace = Digest::default();
-    trace.feed_u64(w.history.digest.finish());
-    trace.feed_u64(volume.digest());
-    trace.feed_u64(sim.elapsed().as_millis() as u64);
-    RunResult {
-        pass: violations.is_empty(),
-        trace: trace.finish(),
-        sim_seconds: sim.elapsed().as_secs_f64(),
-        violations,
-        history,
-        options,
-    }
+    common::finish("idempotence", seed, &knobs, violations, &w.history, &volume, &sim)
 }
