@@ -107,26 +107,11 @@ pub async fn write<V: Volume>(volume: &V, dir: &str, offset: i64, states: &Produ
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::BatchHeader;
 
     #[test]
     fn a_snapshot_round_trips_and_damage_is_detected() {
         let mut states = ProducerStates::default();
-        let header = BatchHeader {
-            base_offset: 0,
-            batch_length: 100,
-            partition_leader_epoch: -1,
-            magic: 2,
-            crc: 0,
-            attributes: 0,
-            last_offset_delta: 2,
-            base_timestamp: 5,
-            max_timestamp: 5,
-            producer_id: 1 << 40,
-            producer_epoch: 3,
-            base_sequence: 9,
-            records_count: 3,
-        };
+        let header = crate::producer::state::tests::batch(1 << 40, 3, 9, 3);
         states.apply(&header, 42);
         let raw = encode(&states);
         assert_eq!(decode(&raw).unwrap(), states);

@@ -177,10 +177,11 @@ impl ProducerStates {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn batch(producer_id: i64, producer_epoch: i16, base_sequence: i32, records: i32) -> BatchHeader {
+    /// The header of a batch of `records` records from a producer.
+    pub(crate) fn batch(producer_id: i64, producer_epoch: i16, base_sequence: i32, records: i32) -> BatchHeader {
         BatchHeader {
             base_offset: 0,
             batch_length: 100,

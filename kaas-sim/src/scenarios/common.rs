@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::checkers::{PartitionHistory, Resume};
 use crate::client::{CORRUPT_READ, KAFKA_STORAGE_ERROR, Outcome, WireClient};
-use crate::faults::Trigger;
+use crate::faults::{Fault, Planned, Trigger};
 use crate::history::{History, outcome_name};
 use crate::hosts::BROKER_PORT;
 use crate::volume::{Torn, VolumeFaults};
@@ -37,6 +37,28 @@ pub fn trigger(rng: &mut ChaCha8Rng, progress_max: usize) -> Trigger {
     } else {
         Trigger::Millis(rng.random_range(50..3000))
     }
+}
+
+/// Faults between the broker and the `clients` host: 1 to 3 crashes, sometimes a graceful
+/// restart, and up to 2 partitions or held-message spells in the first 3 s.
+pub fn broker_faults(rng: &mut ChaCha8Rng, progress_max: usize) -> Vec<Planned> {
+    let mut plan: Vec<Planned> = (0..rng.random_range(1..=3))
+        .map(|_| Planned { at: trigger(rng, progress_max), fault: Fault::Crash { host: "broker" } })
+        .collect();
+    if rng.random_bool(0.3) {
+        plan.push(Planned { at: trigger(rng, progress_max), fault: Fault::GracefulRestart { host: "broker" } });
+    }
+    for _ in 0..rng.random_range(0..=2) {
+        let at = Trigger::Millis(rng.random_range(50..3000));
+        let ms = rng.random_range(100..3000);
+        let fault = if rng.random_bool(0.5) {
+            Fault::Partition { a: "broker", b: "clients", ms }
+        } else {
+            Fault::Hold { a: "broker", b: "clients", ms }
+        };
+        plan.push(Planned { at, fault });
+    }
+    plan
 }
 
 pub async fn connect(host: &str) -> WireClient {

@@ -20,7 +20,7 @@ use super::RunResult;
 use super::common::{self, Shared};
 use crate::checkers::{self, idempotence::Sender};
 use crate::client::{Outcome, ProducerStamp};
-use crate::faults::{self, Fault, Planned, Trigger};
+use crate::faults::{self, Planned};
 use crate::history::outcome_name;
 use crate::hosts;
 use crate::volume::{SimVolume, VolumeFaults};
@@ -52,22 +52,7 @@ impl Knobs {
         let producers = rng.random_range(1..=3);
         let batches_per_producer = rng.random_range(20..80);
         let total = producers * batches_per_producer;
-        let mut plan: Vec<Planned> = (0..rng.random_range(1..=3))
-            .map(|_| Planned { at: common::trigger(rng, total), fault: Fault::Crash { host: "broker" } })
-            .collect();
-        if rng.random_bool(0.3) {
-            plan.push(Planned { at: common::trigger(rng, total), fault: Fault::GracefulRestart { host: "broker" } });
-        }
-        for _ in 0..rng.random_range(0..=2) {
-            let at = Trigger::Millis(rng.random_range(50..3000));
-            let ms = rng.random_range(100..3000);
-            let fault = if rng.random_bool(0.5) {
-                Fault::Partition { a: "broker", b: "clients", ms }
-            } else {
-                Fault::Hold { a: "broker", b: "clients", ms }
-            };
-            plan.push(Planned { at, fault });
-        }
+        let plan = common::broker_faults(rng, total);
         Knobs {
             partitions: rng.random_range(1..=3),
             producers,

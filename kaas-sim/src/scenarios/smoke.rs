@@ -16,7 +16,7 @@ use super::RunResult;
 use super::common::{self, Batch, Shared};
 use crate::checkers::{self, Commit, Resume, Session};
 use crate::client::{CORRUPT_READ, OFFSET_OUT_OF_RANGE, Outcome};
-use crate::faults::{self, Fault, Planned, Trigger};
+use crate::faults::{self, Planned};
 use crate::history::outcome_name;
 use crate::hosts;
 use crate::volume::{SimVolume, VolumeFaults};
@@ -56,22 +56,7 @@ impl Knobs {
         // Mostly acks=all; acks=1 is as durable here (the volume is the replica); acks=0 is
         // fire and forget, so its batches are indefinite.
         let producer_acks = (0..producers).map(|_| [-1, -1, 1, 0][rng.random_range(0..4)]).collect();
-        let mut plan: Vec<Planned> = (0..rng.random_range(1..=3))
-            .map(|_| Planned { at: common::trigger(rng, batches), fault: Fault::Crash { host: "broker" } })
-            .collect();
-        if rng.random_bool(0.3) {
-            plan.push(Planned { at: common::trigger(rng, batches), fault: Fault::GracefulRestart { host: "broker" } });
-        }
-        for _ in 0..rng.random_range(0..=2) {
-            let at = Trigger::Millis(rng.random_range(50..3000));
-            let ms = rng.random_range(100..3000);
-            let fault = if rng.random_bool(0.5) {
-                Fault::Partition { a: "broker", b: "clients", ms }
-            } else {
-                Fault::Hold { a: "broker", b: "clients", ms }
-            };
-            plan.push(Planned { at, fault });
-        }
+        let plan = common::broker_faults(rng, batches);
         Knobs {
             batches,
             records_per_batch: rng.random_range(1..8),
