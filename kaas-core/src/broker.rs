@@ -9,6 +9,7 @@ use crate::error::CoreResult;
 use crate::group::{self, GroupsHandle};
 use crate::producer::ids::{self, ProducerIdsHandle};
 use crate::topics::{self, TopicsHandle};
+use crate::txn::coordinator::{self, TxnCoordinatorHandle};
 
 #[derive(Clone)]
 pub struct Broker<E: Env> {
@@ -17,6 +18,7 @@ pub struct Broker<E: Env> {
     pub topics: TopicsHandle,
     pub groups: GroupsHandle,
     pub producer_ids: ProducerIdsHandle,
+    pub txn: TxnCoordinatorHandle,
 }
 
 impl<E: Env> Broker<E> {
@@ -26,7 +28,9 @@ impl<E: Env> Broker<E> {
         let topics = topics::start(&env, config.clone()).await?;
         let groups = group::start(&env, config.clone()).await?;
         let producer_ids = ids::start(&env, config.broker_id).await?;
-        Ok(Broker { env, config, topics, groups, producer_ids })
+        let txn =
+            coordinator::start(&env, config.clone(), topics.clone(), groups.clone(), producer_ids.clone()).await?;
+        Ok(Broker { env, config, topics, groups, producer_ids, txn })
     }
 
     /// Flushes and closes every partition log.

@@ -29,6 +29,11 @@ pub struct BrokerConfig {
     pub delete_topic_enable: bool,
     /// How long a partition remembers an idle producer (`producer.id.expiration.ms`).
     pub producer_id_expiration_ms: i64,
+    /// The longest transaction timeout a producer may ask for (`transaction.max.timeout.ms`).
+    pub transaction_max_timeout_ms: i32,
+    /// How often the reaper aborts timed-out transactions and the reconcile finishes prepared
+    /// ones (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    pub transaction_cleanup_interval_ms: u64,
     /// Every `name=value` given, for DescribeConfigs.
     pub explicit: BTreeMap<String, String>,
 }
@@ -56,6 +61,8 @@ impl Default for BrokerConfig {
             group_max_size: 1000,
             delete_topic_enable: true,
             producer_id_expiration_ms: 86_400_000,
+            transaction_max_timeout_ms: 900_000,
+            transaction_cleanup_interval_ms: 10_000,
             explicit: BTreeMap::new(),
         }
     }
@@ -72,6 +79,13 @@ impl BrokerConfig {
         match name {
             "broker.id" | "node.id" => self.broker_id = parse(name, value)?,
             "producer.id.expiration.ms" => self.producer_id_expiration_ms = parse(name, value)?,
+            "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = parse(name, value)?,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                self.transaction_cleanup_interval_ms = parse(name, value)?;
+                if self.transaction_cleanup_interval_ms == 0 {
+                    return Err(format!("{name} must be positive"));
+                }
+            }
             "auto.create.topics.enable" => self.auto_create_topics_enable = parse(name, value)?,
             "num.partitions" => {
                 self.num_partitions = parse(name, value)?;

@@ -48,6 +48,24 @@ pub enum CoreError {
     NonEmptyGroup,
     /// The request is well-formed but not valid here.
     InvalidRequest(String),
+    // Transactions.
+    /// 49: the producer id is not the transactional id's.
+    InvalidProducerIdMapping,
+    /// 90: a newer epoch of the producer exists.
+    ProducerFenced,
+    /// 51: a transition of the transaction is under way; retry.
+    ConcurrentTransactions,
+    /// 48: the request makes no sense in the transaction's state, or a transactional batch
+    /// for a partition that is not in the producer's transaction.
+    InvalidTxnState,
+    /// 50: the timeout is above `transaction.max.timeout.ms`.
+    InvalidTransactionTimeout,
+    /// 19: retriable; a transactional batch's verification went stale before its append.
+    NotEnoughReplicas,
+    /// 88: OffsetFetch with require_stable while a transactional commit is pending.
+    UnstableOffsetCommit,
+    /// 105: no such transactional id (DescribeTransactions).
+    TransactionalIdNotFound,
 }
 
 impl CoreError {

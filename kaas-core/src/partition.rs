@@ -5,6 +5,16 @@
 //! It also owns the partition's producer state: every batch with a producer id is checked
 //! against it before it is written (a retried batch is answered with its original offset and
 //! not written again), and a snapshot of it is written on each segment roll and on stop.
+//!
+//! Transactions: the producer state knows which producers have a transaction open here; the
+//! last stable offset (LSO) is the first offset of the oldest one, or the high watermark. A
+//! producer's first transactional batch of a transaction is appended only if the coordinator
+//! verified that the partition is in its transaction (KIP-890 part 1) and no marker for the
+//! producer was written since that verification (the guard), so a late batch can never open a
+//! transaction nobody will end.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -13,9 +23,10 @@ use crate::config::PartitionSettings;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::log::batch::BatchHeader;
+use crate::log::control::{self, Marker};
 use crate::log::{LogConfig, PartitionLog};
 use crate::producer::snapshot;
-use crate::producer::state::{ProducerEntry, ProducerStates, Verdict};
+use crate::producer::state::{AbortedTxn, MarkerVerdict, ProducerEntry, ProducerStates, Verdict};
 
 /// Commands queued per partition before senders wait.
 const QUEUE_CAPACITY: usize = 1024;
@@ -28,15 +39,35 @@ const GROUP_COMMIT_MAX: usize = 512;
 pub struct Watermarks {
     pub log_start_offset: i64,
     pub high_watermark: i64,
+    /// The first offset of the oldest open transaction, or the high watermark.
+    pub last_stable_offset: i64,
     pub log_end_offset: i64,
     pub online: bool,
 }
 
-/// Records read, with the watermarks of the log they were read from.
+/// What the produce path needs to know before a transactional append, as last published.
+#[derive(Debug, Clone, Default)]
+pub struct TxnView {
+    /// Producers with a transaction open here, and its epoch: their batches need no verification.
+    pub ongoing: Arc<BTreeMap<i64, i16>>,
+    /// Markers written so far: a verification guard. A marker for the producer numbered above
+    /// the guard means its transaction ended after the verification.
+    pub markers_written: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    ReadUncommitted,
+    ReadCommitted,
+}
+
+/// Records read, with the watermarks of the log they were read from, and for read_committed
+/// the aborted transactions in the range read.
 #[derive(Debug, Clone)]
 pub struct ReadOutcome {
     pub records: Bytes,
     pub watermarks: Watermarks,
+    pub aborted: Vec<AbortedTxn>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -48,11 +79,25 @@ pub struct AppendOutcome {
 enum Command {
     Append {
         batches: Vec<(BatchHeader, Bytes)>,
+        /// The `markers_written` seen before the coordinator verified the transaction.
+        verified: Option<u64>,
         reply: Option<oneshot::Sender<CoreResult<AppendOutcome>>>,
+    },
+    WriteMarker {
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: Marker,
+        coordinator_epoch: i32,
+        reply: oneshot::Sender<CoreResult<AppendOutcome>>,
+    },
+    Fence {
+        producer_id: i64,
+        producer_epoch: i16,
     },
     Read {
         offset: i64,
         max_bytes: usize,
+        isolation: Isolation,
         reply: oneshot::Sender<CoreResult<ReadOutcome>>,
     },
     OffsetForTime {
@@ -83,6 +128,7 @@ enum Command {
 pub struct PartitionHandle {
     tx: mpsc::Sender<Command>,
     watermarks: watch::Receiver<Watermarks>,
+    txn_view: watch::Receiver<TxnView>,
 }
 
 fn stopped() -> CoreError {
@@ -94,12 +140,21 @@ impl PartitionHandle {
         *self.watermarks.borrow()
     }
 
+    pub fn txn_view(&self) -> TxnView {
+        self.txn_view.borrow().clone()
+    }
+
     /// Queues an append. The returned receiver resolves once the batches are durable (or failed).
     /// Queuing happens before this returns, so appends from one connection keep their order.
-    pub async fn append(&self, batches: Vec<(BatchHeader, Bytes)>) -> oneshot::Receiver<CoreResult<AppendOutcome>> {
+    /// `verified` is the guard of a transaction the coordinator verified (`TxnView`).
+    pub async fn append(
+        &self,
+        batches: Vec<(BatchHeader, Bytes)>,
+        verified: Option<u64>,
+    ) -> oneshot::Receiver<CoreResult<AppendOutcome>> {
         let (reply, rx) = oneshot::channel();
         if let Err(mpsc::error::SendError(Command::Append { reply: Some(reply), .. })) =
-            self.tx.send(Command::Append { batches, reply: Some(reply) }).await
+            self.tx.send(Command::Append { batches, verified, reply: Some(reply) }).await
         {
             let _ = reply.send(Err(stopped()));
         }
@@ -107,8 +162,29 @@ impl PartitionHandle {
     }
 
     /// acks=0: append without an answer.
-    pub async fn append_unacknowledged(&self, batches: Vec<(BatchHeader, Bytes)>) {
-        let _ = self.tx.send(Command::Append { batches, reply: None }).await;
+    pub async fn append_unacknowledged(&self, batches: Vec<(BatchHeader, Bytes)>, verified: Option<u64>) {
+        let _ = self.tx.send(Command::Append { batches, verified, reply: None }).await;
+    }
+
+    /// Queues a transaction marker; the receiver resolves once it is durable (or failed).
+    pub async fn queue_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: Marker,
+        coordinator_epoch: i32,
+    ) -> oneshot::Receiver<CoreResult<AppendOutcome>> {
+        let (reply, rx) = oneshot::channel();
+        let command = Command::WriteMarker { producer_id, producer_epoch, marker, coordinator_epoch, reply };
+        if let Err(mpsc::error::SendError(Command::WriteMarker { reply, .. })) = self.tx.send(command).await {
+            let _ = reply.send(Err(stopped()));
+        }
+        rx
+    }
+
+    /// Refuses the producer's batches of epochs below `producer_epoch` from now on.
+    pub async fn fence(&self, producer_id: i64, producer_epoch: i16) {
+        let _ = self.tx.send(Command::Fence { producer_id, producer_epoch }).await;
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
@@ -119,8 +195,8 @@ impl PartitionHandle {
 
     /// Records from `offset`, and the watermarks as of the read (not as last published, which
     /// a partition still opening has not done yet).
-    pub async fn read(&self, offset: i64, max_bytes: usize) -> CoreResult<ReadOutcome> {
-        self.ask(|reply| Command::Read { offset, max_bytes, reply }).await.unwrap_or_else(|| Err(stopped()))
+    pub async fn read(&self, offset: i64, max_bytes: usize, isolation: Isolation) -> CoreResult<ReadOutcome> {
+        self.ask(|reply| Command::Read { offset, max_bytes, isolation, reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 
     /// Every producer the partition remembers, with its epoch and last batches (KIP-664).
@@ -162,6 +238,14 @@ struct PartitionActor<E: Env> {
     /// next one retries the open.
     log: Option<PartitionLog<E::Volume>>,
     watermarks: watch::Sender<Watermarks>,
+    txn_view: watch::Sender<TxnView>,
+    /// Markers written by this actor, the guard counter of `TxnView`.
+    markers_written: u64,
+    /// The number of the last marker written for each producer since the actor started.
+    last_marker: BTreeMap<i64, u64>,
+    /// `markers_written` when the log was last reopened: older guards are not trusted, the
+    /// markers they would be checked against may be forgotten.
+    reopened_at: u64,
     /// Bumped whenever any partition's high watermark moves: long-polling fetches wait on it.
     data_version: watch::Sender<u64>,
     max_message_bytes: usize,
@@ -181,12 +265,17 @@ pub async fn start<E: Env>(
 ) -> PartitionHandle {
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let (watermarks, watermarks_rx) = watch::channel(Watermarks::default());
+    let (txn_view, txn_view_rx) = watch::channel(TxnView::default());
     let mut actor = PartitionActor {
         env: env.clone(),
         dir,
         config: settings.log,
         log: None,
         watermarks,
+        txn_view,
+        markers_written: 0,
+        last_marker: BTreeMap::new(),
+        reopened_at: 0,
         data_version,
         max_message_bytes: settings.max_message_bytes,
         producer_id_expiration_ms: settings.producer_id_expiration_ms,
@@ -195,7 +284,7 @@ pub async fn start<E: Env>(
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
-    PartitionHandle { tx, watermarks: watermarks_rx }
+    PartitionHandle { tx, watermarks: watermarks_rx, txn_view: txn_view_rx }
 }
 
 impl<E: Env> PartitionActor<E> {
@@ -211,6 +300,7 @@ impl<E: Env> PartitionActor<E> {
                     self.segments_at_snapshot = log.segment_count();
                     self.producers = producers;
                     self.log = Some(log);
+                    self.reopened_at = self.markers_written;
                     self.publish();
                 }
                 Err(e) => tracing::error!(dir = %self.dir, error = %e, "cannot open partition log"),
@@ -221,12 +311,25 @@ impl<E: Env> PartitionActor<E> {
 
     fn publish(&self) {
         let Some(log) = &self.log else { return };
-        let now = watermarks_of(log);
+        let now = watermarks_of(log, &self.producers);
         let before = *self.watermarks.borrow();
         assert!(now.high_watermark >= before.high_watermark, "the high watermark never moves back");
+        assert!(
+            now.last_stable_offset >= before.last_stable_offset || !before.online,
+            "the last stable offset never moves back"
+        );
+        let ongoing: BTreeMap<i64, i16> =
+            self.producers.ongoing().map(|(pid, entry)| (pid, entry.producer_epoch)).collect();
+        self.txn_view.send_if_modified(|view| {
+            let changed = view.markers_written != self.markers_written || *view.ongoing != ongoing;
+            if changed {
+                *view = TxnView { ongoing: Arc::new(ongoing), markers_written: self.markers_written };
+            }
+            changed
+        });
         if now != before {
             self.watermarks.send_replace(now);
-            if now.high_watermark != before.high_watermark {
+            if now.high_watermark != before.high_watermark || now.last_stable_offset != before.last_stable_offset {
                 self.data_version.send_modify(|v| *v += 1);
             }
         }
@@ -330,7 +433,7 @@ impl<E: Env> PartitionActor<E> {
                 // A retriable refusal before anything is written, as a moving leader gives.
                 let _ = reply.send(Err(CoreError::NotLeaderOrFollower));
             }
-            Command::Append { batches, reply } => {
+            Command::Append { batches, verified, reply } => {
                 if batches.iter().any(|(h, _)| h.total_len() > max_message_bytes) {
                     if let Some(reply) = reply {
                         let _ = reply.send(Err(CoreError::MessageTooLarge));
@@ -341,6 +444,9 @@ impl<E: Env> PartitionActor<E> {
                 for (header, data) in batches {
                     if header.producer_id >= 0 {
                         let refused = match self.producers.check(&header) {
+                            Verdict::Append if header.is_transactional() => {
+                                verify(&self.producers, &self.last_marker, self.reopened_at, &header, verified).err()
+                            }
                             Verdict::Append => None,
                             Verdict::Duplicate { base_offset: original } => {
                                 // Answered once durable, like the appends of this group: the
@@ -381,12 +487,45 @@ impl<E: Env> PartitionActor<E> {
                     acks.push((reply, AppendOutcome { base_offset, log_start_offset: -1 }));
                 }
             }
-            Command::Read { offset, max_bytes, reply } => {
+            Command::WriteMarker { producer_id, producer_epoch, marker, coordinator_epoch, reply } => {
+                if self.producers.check_marker(producer_id, producer_epoch) == MarkerVerdict::InvalidProducerEpoch {
+                    let _ = reply.send(Err(CoreError::InvalidProducerEpoch));
+                    return;
+                }
+                let batch = control::marker_batch(producer_id, producer_epoch, marker, coordinator_epoch, now_ms);
+                let header = crate::log::batch::check(&batch).expect("a marker is a valid batch");
+                match log.append(&header, batch).await {
+                    Ok(offset) => {
+                        self.producers.apply_marker(producer_id, producer_epoch, marker, offset);
+                        self.markers_written += 1;
+                        self.last_marker.insert(producer_id, self.markers_written);
+                        acks.push((reply, AppendOutcome { base_offset: offset, log_start_offset: -1 }));
+                    }
+                    Err(e) => {
+                        acks.push((reply, AppendOutcome { base_offset: -1, log_start_offset: -1 }));
+                        let mut failed = std::mem::take(acks);
+                        self.fail_writes(&mut failed, &e.to_string());
+                    }
+                }
+            }
+            Command::Fence { producer_id, producer_epoch } => {
+                if !crate::mutant!(SkipCrossPartitionFence) {
+                    self.producers.fence(producer_id, producer_epoch);
+                }
+            }
+            Command::Read { offset, max_bytes, isolation, reply } => {
                 // A short read still holds a whole batch: consumers must cope with any split.
                 let max_bytes = if crate::buggify!("partition.short_read") { 1 } else { max_bytes };
-                let watermarks = watermarks_of(log);
-                let read = log.read(offset, max_bytes).await.map_err(CoreError::from);
-                let _ = reply.send(read.map(|r| ReadOutcome { records: r.records, watermarks }));
+                let watermarks = watermarks_of(log, &self.producers);
+                let (upper, aborted) = match isolation {
+                    Isolation::ReadUncommitted => (None, Vec::new()),
+                    Isolation::ReadCommitted => {
+                        let lso = watermarks.last_stable_offset;
+                        (Some(lso), self.producers.aborted_between(offset, lso))
+                    }
+                };
+                let read = log.read(offset, max_bytes, upper).await.map_err(CoreError::from);
+                let _ = reply.send(read.map(|r| ReadOutcome { records: r.records, watermarks, aborted }));
             }
             Command::OffsetForTime { timestamp, reply } => {
                 let _ = reply.send(log.offset_for_time(timestamp).await.map_err(CoreError::from));
@@ -441,10 +580,38 @@ impl<E: Env> PartitionActor<E> {
     }
 }
 
-fn watermarks_of<V: crate::env::Volume>(log: &PartitionLog<V>) -> Watermarks {
+/// May a transactional batch be appended? Yes if its producer's transaction is already open
+/// here at its epoch; otherwise only with a guard from a verification after which no marker for
+/// the producer was written.
+fn verify(
+    producers: &ProducerStates,
+    last_marker: &BTreeMap<i64, u64>,
+    reopened_at: u64,
+    header: &BatchHeader,
+    verified: Option<u64>,
+) -> CoreResult<()> {
+    let producer_id = header.producer_id;
+    if producers.ongoing_epoch(producer_id) == Some(header.producer_epoch) || crate::mutant!(NoPartitionVerification) {
+        return Ok(());
+    }
+    match verified {
+        // The log was reopened since: the markers the guard would be checked against may be
+        // forgotten. Retriable: the producer's retry is verified afresh.
+        Some(guard) if guard < reopened_at => Err(CoreError::NotEnoughReplicas),
+        Some(guard) if last_marker.get(&producer_id).is_none_or(|&m| m <= guard) => Ok(()),
+        _ => Err(CoreError::InvalidTxnState),
+    }
+}
+
+fn watermarks_of<V: crate::env::Volume>(log: &PartitionLog<V>, producers: &ProducerStates) -> Watermarks {
+    let high_watermark = log.high_watermark();
+    let first_unstable = producers.first_unstable_offset().unwrap_or(i64::MAX);
+    let last_stable_offset =
+        if crate::mutant!(LsoNotClamped) { high_watermark } else { first_unstable.min(high_watermark) };
     Watermarks {
         log_start_offset: log.log_start_offset(),
-        high_watermark: log.high_watermark(),
+        high_watermark,
+        last_stable_offset,
         log_end_offset: log.log_end_offset(),
         online: true,
     }
@@ -454,12 +621,14 @@ fn reply_unavailable(command: Command) {
     let error = || CoreError::Storage("partition log unavailable".into());
     match command {
         Command::Append { reply: Some(reply), .. } => drop(reply.send(Err(error()))),
+        Command::WriteMarker { reply, .. } => drop(reply.send(Err(error()))),
         Command::Read { reply, .. } => drop(reply.send(Err(error()))),
         Command::OffsetForTime { reply, .. } => drop(reply.send(Err(error()))),
         Command::DeleteRecords { reply, .. } => drop(reply.send(Err(error()))),
         Command::DescribeProducers { reply } => drop(reply.send(Err(error()))),
         Command::MaxTimestamp { reply } => drop(reply.send(-1)),
         Command::Append { reply: None, .. }
+        | Command::Fence { .. }
         | Command::SetConfig(_)
         | Command::EnforceRetention
         | Command::Stop { .. } => {}
@@ -474,7 +643,7 @@ mod tests {
 
     async fn produce(partition: &PartitionHandle, batch: Bytes) -> CoreResult<i64> {
         let header = crate::log::batch::check(&batch).expect("a valid batch");
-        partition.append(vec![(header, batch)]).await.await.expect("answered").map(|o| o.base_offset)
+        partition.append(vec![(header, batch)], None).await.await.expect("answered").map(|o| o.base_offset)
     }
 
     /// Retries are recognised across a restart, whether the original lies before the snapshot

@@ -33,6 +33,18 @@ pub enum Mutant {
     SnapshotWithoutTailScan,
     /// A producer id block is persisted once it is used up instead of before its first id.
     PidBlockPersistedAfterUse,
+    /// EndTxn completes (and releases staged offsets) before its markers are durable.
+    CompleteBeforeMarkersDurable,
+    /// A rejoin's epoch bump is not applied to the partitions that know the producer.
+    SkipCrossPartitionFence,
+    /// Staged transactional offsets are kept in memory only.
+    PendingOffsetsInMemory,
+    /// The last stable offset is the high watermark, open transactions or not.
+    LsoNotClamped,
+    /// The reaper aborts a timed-out transaction without bumping the producer's epoch.
+    ReaperWithoutEpochBump,
+    /// Transactional batches are appended without the coordinator's verification.
+    NoPartitionVerification,
 }
 
 impl Mutant {
@@ -59,6 +71,12 @@ impl Mutant {
             Mutant::DedupeWindowOfOne => "dedupe-window-of-one",
             Mutant::SnapshotWithoutTailScan => "snapshot-without-tail-scan",
             Mutant::PidBlockPersistedAfterUse => "pid-block-persisted-after-use",
+            Mutant::CompleteBeforeMarkersDurable => "complete-before-markers-durable",
+            Mutant::SkipCrossPartitionFence => "skip-cross-partition-fence",
+            Mutant::PendingOffsetsInMemory => "pending-offsets-in-memory",
+            Mutant::LsoNotClamped => "lso-not-clamped",
+            Mutant::ReaperWithoutEpochBump => "reaper-without-epoch-bump",
+            Mutant::NoPartitionVerification => "no-partition-verification",
         }
     }
 

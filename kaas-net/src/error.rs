@@ -36,6 +36,14 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::GroupIdNotFound => K::GroupIdNotFound,
         CoreError::NonEmptyGroup => K::NonEmptyGroup,
         CoreError::InvalidRequest(_) => K::InvalidRequest,
+        CoreError::InvalidProducerIdMapping => K::InvalidProducerIdMapping,
+        CoreError::ProducerFenced => K::ProducerFenced,
+        CoreError::ConcurrentTransactions => K::ConcurrentTransactions,
+        CoreError::InvalidTxnState => K::InvalidTxnState,
+        CoreError::InvalidTransactionTimeout => K::InvalidTransactionTimeout,
+        CoreError::NotEnoughReplicas => K::NotEnoughReplicas,
+        CoreError::UnstableOffsetCommit => K::UnstableOffsetCommit,
+        CoreError::TransactionalIdNotFound => K::TransactionalIdNotFound,
     };
     kafka.code()
 }

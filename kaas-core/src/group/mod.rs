@@ -2,6 +2,11 @@
 //! committed offsets. Membership lives in memory (members rejoin after a restart, as they do
 //! after a coordinator move in Kafka); committed offsets are durable before they are acked, one
 //! atomically replaced file per group under `__cluster/groups/`.
+//!
+//! Transactional offsets (KIP-447) are staged per producer id in the same file and made
+//! committed or dropped when the transaction coordinator ends the transaction. A staging is
+//! refused if the producer's transaction ended after the coordinator verified it (the guard),
+//! so no late TxnOffsetCommit can leave offsets staged that nothing will ever end.
 
 pub mod offsets;
 pub mod state;
@@ -61,6 +66,11 @@ pub struct CommitRequest {
     pub offsets: Vec<(TopicPartition, CommittedOffset)>,
 }
 
+/// The offsets of a partition as OffsetFetch answers them: the committed offset (None if
+/// nothing is committed), or UNSTABLE_OFFSET_COMMIT when the fetch requires stable offsets and
+/// a transaction has one staged.
+pub type FetchedOffset = (TopicPartition, CoreResult<Option<CommittedOffset>>);
+
 enum Command {
     Join(String, JoinRequest, oneshot::Sender<CoreResult<JoinOutcome>>),
     Sync {
@@ -84,10 +94,24 @@ enum Command {
         reply: oneshot::Sender<CoreResult<Vec<CoreResult<()>>>>,
     },
     Commit(CommitRequest, oneshot::Sender<CoreResult<()>>),
+    TxnGuard(oneshot::Sender<u64>),
+    TxnCommit {
+        request: CommitRequest,
+        producer_id: i64,
+        guard: u64,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    CompleteTxn {
+        group_id: String,
+        producer_id: i64,
+        commit: bool,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
     Fetch {
         group_id: String,
         partitions: Option<Vec<TopicPartition>>,
-        reply: oneshot::Sender<Vec<(TopicPartition, Option<CommittedOffset>)>>,
+        require_stable: bool,
+        reply: oneshot::Sender<Vec<FetchedOffset>>,
     },
     Describe(Vec<String>, oneshot::Sender<Vec<GroupDescription>>),
     List(oneshot::Sender<Vec<GroupListing>>),
@@ -155,8 +179,27 @@ impl GroupsHandle {
         &self,
         group_id: String,
         partitions: Option<Vec<TopicPartition>>,
-    ) -> CoreResult<Vec<(TopicPartition, Option<CommittedOffset>)>> {
-        self.ask(|reply| Command::Fetch { group_id, partitions, reply }).await.ok_or(CoreError::CoordinatorNotAvailable)
+        require_stable: bool,
+    ) -> CoreResult<Vec<FetchedOffset>> {
+        self.ask(|reply| Command::Fetch { group_id, partitions, require_stable, reply })
+            .await
+            .ok_or(CoreError::CoordinatorNotAvailable)
+    }
+
+    /// The guard to pass to `txn_commit`: read it before the transaction coordinator verifies
+    /// the producer's transaction.
+    pub async fn txn_guard(&self) -> CoreResult<u64> {
+        self.ask(Command::TxnGuard).await.ok_or(CoreError::CoordinatorNotAvailable)
+    }
+
+    /// TxnOffsetCommit: stages the offsets for the producer's open transaction.
+    pub async fn txn_commit(&self, request: CommitRequest, producer_id: i64, guard: u64) -> CoreResult<()> {
+        self.ask(|reply| Command::TxnCommit { request, producer_id, guard, reply }).await.unwrap_or_else(gone)
+    }
+
+    /// Ends the producer's staged offsets in the group: committed or dropped. Idempotent.
+    pub async fn complete_txn(&self, group_id: String, producer_id: i64, commit: bool) -> CoreResult<()> {
+        self.ask(|reply| Command::CompleteTxn { group_id, producer_id, commit, reply }).await.unwrap_or_else(gone)
     }
 
     pub async fn describe(&self, group_ids: Vec<String>) -> CoreResult<Vec<GroupDescription>> {
@@ -179,6 +222,10 @@ struct GroupCoordinator<E: Env> {
     offsets: OffsetStore<E::Volume>,
     parked_joins: BTreeMap<(String, String), oneshot::Sender<CoreResult<JoinOutcome>>>,
     parked_syncs: BTreeMap<(String, String), oneshot::Sender<CoreResult<SyncOutcome>>>,
+    /// Transactions ended so far; `last_completion` holds the number of the last one per
+    /// (group, producer id). Together they are the TxnOffsetCommit guard.
+    completions: u64,
+    last_completion: BTreeMap<(String, i64), u64>,
 }
 
 /// Loads committed offsets and starts the coordinator.
@@ -191,6 +238,8 @@ pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<Gro
         offsets,
         parked_joins: BTreeMap::new(),
         parked_syncs: BTreeMap::new(),
+        completions: 0,
+        last_completion: BTreeMap::new(),
     };
     for group_id in coordinator.offsets.group_ids() {
         coordinator.group_mut(&group_id);
@@ -345,8 +394,30 @@ impl<E: Env> GroupCoordinator<E> {
             Command::Commit(request, reply) => {
                 let _ = reply.send(self.commit(request, now).await);
             }
-            Command::Fetch { group_id, partitions, reply } => {
-                let _ = reply.send(self.offsets.fetch(&group_id, partitions));
+            Command::TxnGuard(reply) => {
+                let _ = reply.send(self.completions);
+            }
+            Command::TxnCommit { request, producer_id, guard, reply } => {
+                let _ = reply.send(self.txn_commit(request, producer_id, guard).await);
+            }
+            Command::CompleteTxn { group_id, producer_id, commit, reply } => {
+                self.completions += 1;
+                self.last_completion.insert((group_id.clone(), producer_id), self.completions);
+                let _ = reply.send(self.offsets.complete_txn(&group_id, producer_id, commit).await);
+            }
+            Command::Fetch { group_id, partitions, require_stable, reply } => {
+                let fetched = self.offsets.fetch(&group_id, partitions);
+                let answered = fetched
+                    .into_iter()
+                    .map(|(tp, committed)| {
+                        if require_stable && self.offsets.has_pending(&group_id, &tp) {
+                            (tp, Err(CoreError::UnstableOffsetCommit))
+                        } else {
+                            (tp, Ok(committed))
+                        }
+                    })
+                    .collect();
+                let _ = reply.send(answered);
             }
             Command::Describe(group_ids, reply) => {
                 let _ = reply.send(group_ids.iter().map(|id| self.describe(id)).collect());
@@ -387,6 +458,21 @@ impl<E: Env> GroupCoordinator<E> {
         }
         let now_ms = self.env.clock().now_ms();
         self.offsets.commit(&request.group_id, request.offsets, now_ms).await
+    }
+
+    async fn txn_commit(&mut self, request: CommitRequest, producer_id: i64, guard: u64) -> CoreResult<()> {
+        if request.group_id.is_empty() {
+            return Err(CoreError::InvalidGroupId);
+        }
+        let key = (request.group_id.clone(), producer_id);
+        if self.last_completion.get(&key).is_some_and(|&n| n > guard) {
+            // The transaction ended after it was verified: this is a late request of it.
+            return Err(CoreError::InvalidTxnState);
+        }
+        let group = self.group_mut(&request.group_id);
+        group.check_txn_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
+        let now_ms = self.env.clock().now_ms();
+        self.offsets.stage(&request.group_id, producer_id, request.offsets, now_ms).await
     }
 
     fn describe(&self, group_id: &str) -> GroupDescription {

@@ -1,5 +1,9 @@
 //! Committed consumer-group offsets: one file per group, `__cluster/groups/<hex(group)>.json`,
 //! replaced atomically on every commit before the commit is acked, versioned, checked on load.
+//!
+//! The same file holds the group's pending transactional offsets (TxnOffsetCommit), per
+//! producer id: durable like commits, invisible to OffsetFetch until the producer's transaction
+//! commits (then they become the committed offsets) or aborts (then they are dropped).
 
 use std::collections::BTreeMap;
 
@@ -26,6 +30,24 @@ struct GroupOffsetsFile {
     format_version: u32,
     group_id: String,
     offsets: Vec<OffsetEntry>,
+    #[serde(default)]
+    pending: Vec<PendingEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PendingEntry {
+    producer_id: i64,
+    topic: String,
+    partition: i32,
+    #[serde(flatten)]
+    committed: CommittedOffset,
+}
+
+/// One group's offsets: committed, and staged per producer id by open transactions.
+#[derive(Debug, Clone, Default)]
+struct GroupOffsets {
+    committed: BTreeMap<TopicPartition, CommittedOffset>,
+    pending: BTreeMap<i64, BTreeMap<TopicPartition, CommittedOffset>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -44,7 +66,7 @@ fn file_name(group_id: &str) -> String {
 
 pub struct OffsetStore<V: Volume> {
     volume: V,
-    groups: BTreeMap<String, BTreeMap<TopicPartition, CommittedOffset>>,
+    groups: BTreeMap<String, GroupOffsets>,
 }
 
 fn storage(e: impl std::fmt::Display) -> CoreError {
@@ -66,7 +88,13 @@ impl<V: Volume> OffsetStore<V> {
             if file.format_version != FORMAT_VERSION || file_name(&file.group_id) != name {
                 return Err(CoreError::Storage(format!("{path}: unknown format version or group mismatch")));
             }
-            let offsets = file.offsets.into_iter().map(|e| ((e.topic, e.partition), e.committed)).collect();
+            let mut offsets = GroupOffsets {
+                committed: file.offsets.into_iter().map(|e| ((e.topic, e.partition), e.committed)).collect(),
+                pending: BTreeMap::new(),
+            };
+            for e in file.pending {
+                offsets.pending.entry(e.producer_id).or_default().insert((e.topic, e.partition), e.committed);
+            }
             groups.insert(file.group_id, offsets);
         }
         Ok(OffsetStore { volume, groups })
@@ -86,7 +114,7 @@ impl<V: Volume> OffsetStore<V> {
         let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
         for (tp, mut committed) in offsets {
             committed.commit_timestamp_ms = now_ms;
-            next.insert(tp, committed);
+            next.committed.insert(tp, committed);
         }
         if !crate::mutant!(OffsetCommitInMemory) {
             self.persist(group_id, &next).await?;
@@ -95,16 +123,79 @@ impl<V: Volume> OffsetStore<V> {
         Ok(())
     }
 
-    async fn persist(&self, group_id: &str, offsets: &BTreeMap<TopicPartition, CommittedOffset>) -> CoreResult<()> {
+    /// Stages a transaction's offsets for `producer_id`: durable, not yet visible.
+    pub async fn stage(
+        &mut self,
+        group_id: &str,
+        producer_id: i64,
+        offsets: Vec<(TopicPartition, CommittedOffset)>,
+        now_ms: i64,
+    ) -> CoreResult<()> {
+        let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
+        let staged = next.pending.entry(producer_id).or_default();
+        for (tp, mut committed) in offsets {
+            committed.commit_timestamp_ms = now_ms;
+            staged.insert(tp, committed);
+        }
+        if !crate::mutant!(PendingOffsetsInMemory) {
+            self.persist(group_id, &next).await?;
+        }
+        self.groups.insert(group_id.to_string(), next);
+        Ok(())
+    }
+
+    /// Ends the staged offsets of `producer_id` in the group: committed offsets on a commit,
+    /// dropped on an abort. Idempotent: a repeat finds nothing staged and changes nothing.
+    pub async fn complete_txn(&mut self, group_id: &str, producer_id: i64, commit: bool) -> CoreResult<()> {
+        let Some(current) = self.groups.get(group_id) else { return Ok(()) };
+        if !current.pending.contains_key(&producer_id) {
+            return Ok(());
+        }
+        let mut next = current.clone();
+        let staged = next.pending.remove(&producer_id).expect("checked above");
+        if commit {
+            next.committed.extend(staged);
+        }
+        self.persist(group_id, &next).await?;
+        self.groups.insert(group_id.to_string(), next);
+        Ok(())
+    }
+
+    /// True if an open transaction has staged an offset for the partition (OffsetFetch with
+    /// require_stable answers UNSTABLE_OFFSET_COMMIT then).
+    pub fn has_pending(&self, group_id: &str, tp: &TopicPartition) -> bool {
+        self.groups.get(group_id).is_some_and(|g| g.pending.values().any(|staged| staged.contains_key(tp)))
+    }
+
+    /// Every (group, producer id) with staged offsets.
+    pub fn pending_producers(&self) -> Vec<(String, i64)> {
+        let mut all = Vec::new();
+        for (group_id, g) in &self.groups {
+            all.extend(g.pending.keys().map(|pid| (group_id.clone(), *pid)));
+        }
+        all
+    }
+
+    async fn persist(&self, group_id: &str, offsets: &GroupOffsets) -> CoreResult<()> {
+        let entry = |(topic, partition): &TopicPartition, c: &CommittedOffset| OffsetEntry {
+            topic: topic.clone(),
+            partition: *partition,
+            committed: c.clone(),
+        };
         let file = GroupOffsetsFile {
             format_version: FORMAT_VERSION,
             group_id: group_id.to_string(),
-            offsets: offsets
+            offsets: offsets.committed.iter().map(|(tp, c)| entry(tp, c)).collect(),
+            pending: offsets
+                .pending
                 .iter()
-                .map(|((topic, partition), c)| OffsetEntry {
-                    topic: topic.clone(),
-                    partition: *partition,
-                    committed: c.clone(),
+                .flat_map(|(pid, staged)| {
+                    staged.iter().map(move |((topic, partition), c)| PendingEntry {
+                        producer_id: *pid,
+                        topic: topic.clone(),
+                        partition: *partition,
+                        committed: c.clone(),
+                    })
                 })
                 .collect(),
         };
@@ -118,7 +209,7 @@ impl<V: Volume> OffsetStore<V> {
         group_id: &str,
         partitions: Option<Vec<TopicPartition>>,
     ) -> Vec<(TopicPartition, Option<CommittedOffset>)> {
-        let committed = self.groups.get(group_id);
+        let committed = self.groups.get(group_id).map(|g| &g.committed);
         match partitions {
             Some(list) => list
                 .into_iter()

@@ -616,6 +616,25 @@ impl Group {
         Ok(())
     }
 
+    /// TxnOffsetCommit's membership rule (KIP-447), as Apache's classic coordinator applies
+    /// it: a commit without a member (v0-v2 clients: empty member id, generation -1) is taken
+    /// as it stands; one with a member must be from a current member of this generation.
+    pub fn check_txn_commit(&self, member_id: &str, instance: Option<&str>, generation_id: i32) -> CoreResult<()> {
+        if let Some(instance) = instance
+            && let Some(current) = self.static_members.get(instance)
+            && current != member_id
+        {
+            return Err(CoreError::FencedInstanceId);
+        }
+        if !member_id.is_empty() && !self.members.contains_key(member_id) {
+            return Err(CoreError::UnknownMemberId);
+        }
+        if generation_id >= 0 && generation_id != self.generation_id {
+            return Err(CoreError::IllegalGeneration);
+        }
+        Ok(())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.state == GroupState::Empty
     }

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::batch::{BatchHeader, HEADER_LEN};
+use super::control::Marker;
 use super::segment::{self, Segment};
 use crate::env::{Volume, VolumeFile, join};
 
@@ -215,19 +216,27 @@ impl<V: Volume> PartitionLog<V> {
     }
 
     /// Whole batches starting with the one containing `offset`, up to `max_bytes` (but always
-    /// the first batch whole, as Kafka does since KIP-74), never past the high watermark.
-    pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, LogError> {
+    /// the first batch whole, as Kafka does since KIP-74), never past the high watermark nor
+    /// past `upper` (a batch boundary: the last stable offset of a read_committed fetch).
+    pub async fn read(&self, offset: i64, max_bytes: usize, upper: Option<i64>) -> Result<ReadResult, LogError> {
         let end = if crate::mutant!(FetchPastHwm) { self.log_end_offset() } else { self.high_watermark };
         if offset < self.log_start_offset || offset > end {
             return Err(LogError::OffsetOutOfRange);
         }
-        if offset == end {
+        let upper = upper.map_or(end, |u| u.min(end));
+        if offset >= upper {
             return Ok(ReadResult::default());
         }
         let mut at = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
         loop {
             let seg = &self.segments[at];
-            let limit = if crate::mutant!(FetchPastHwm) { seg.size() } else { seg.durable_len };
+            let mut limit = if crate::mutant!(FetchPastHwm) { seg.size() } else { seg.durable_len };
+            if upper <= seg.base_offset {
+                return Ok(ReadResult::default());
+            }
+            if upper < seg.next_offset {
+                limit = seg.position_of(upper, limit).await?;
+            }
             let position = seg.position_of(offset, limit).await?;
             if position < limit {
                 return read_batches(seg, position, limit, max_bytes).await;
@@ -240,23 +249,29 @@ impl<V: Volume> PartitionLog<V> {
     }
 
     /// The headers of every durable batch from the one containing `offset` to the high
-    /// watermark, read without the records: what rebuilding producer state needs.
-    pub async fn batch_headers(&self, offset: i64) -> Result<Vec<BatchHeader>, LogError> {
+    /// watermark, read without the records, and the marker of each control batch: what
+    /// rebuilding producer and transaction state needs.
+    pub async fn batch_headers(&self, offset: i64) -> Result<Vec<(BatchHeader, Option<Marker>)>, LogError> {
         let mut headers = Vec::new();
         let first = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
         for seg in &self.segments[first..] {
             let mut position =
                 if seg.base_offset < offset { seg.position_of(offset, seg.durable_len).await? } else { 0 };
             while position < seg.durable_len {
+                let corrupt = |what: &str| {
+                    LogError::Corrupt(format!("{}: {what} at {position} of segment {}", self.dir, seg.base_offset))
+                };
                 let raw = seg.file.read_at(position, super::batch::HEADER_LEN).await?;
-                let header = BatchHeader::parse(&raw).map_err(|_| {
-                    LogError::Corrupt(format!(
-                        "{}: bad batch header at {position} of segment {}",
-                        self.dir, seg.base_offset
-                    ))
-                })?;
+                let header = BatchHeader::parse(&raw).map_err(|_| corrupt("bad batch header"))?;
+                let marker = if header.is_control() {
+                    let raw = seg.file.read_at(position, header.total_len()).await?;
+                    let (_, marker, _) = super::control::parse_marker(&raw).ok_or_else(|| corrupt("bad marker"))?;
+                    Some(marker)
+                } else {
+                    None
+                };
                 position += header.total_len() as u64;
-                headers.push(header);
+                headers.push((header, marker));
             }
         }
         Ok(headers)
@@ -436,7 +451,7 @@ mod tests {
         // Rolls sync the closed segment; the active one's tail stays invisible until synced.
         let hwm = log.high_watermark();
         assert!(hwm < 60, "hwm {hwm}");
-        assert!(log.read(hwm, 1 << 20).await.unwrap().records.is_empty());
+        assert!(log.read(hwm, 1 << 20, None).await.unwrap().records.is_empty());
         log.sync().await.unwrap();
         assert_eq!(log.high_watermark(), 60);
         let segments = volume.list("t-0").await.unwrap().iter().filter(|n| n.ends_with(".log")).count();
@@ -445,13 +460,13 @@ mod tests {
         let log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
         assert_eq!(log.high_watermark(), 60);
         for offset in [0, 1, 29, 31, 59] {
-            let read = log.read(offset, 1).await.unwrap();
+            let read = log.read(offset, 1, None).await.unwrap();
             let header = batch::check(&read.records).unwrap();
             assert!(header.base_offset <= offset && offset <= header.last_offset(), "offset {offset}");
         }
         assert_eq!(log.offset_for_time(1010).await.unwrap(), Some(30));
         assert_eq!(log.offset_for_time(5000).await.unwrap(), None);
-        assert!(matches!(log.read(61, 100).await, Err(LogError::OffsetOutOfRange)));
+        assert!(matches!(log.read(61, 100, None).await, Err(LogError::OffsetOutOfRange)));
     }
 
     #[tokio::test]
@@ -482,7 +497,7 @@ mod tests {
         }
         log.sync().await.unwrap();
         assert_eq!(log.delete_records(31).await.unwrap(), 31);
-        assert!(matches!(log.read(30, 10).await, Err(LogError::OffsetOutOfRange)));
+        assert!(matches!(log.read(30, 10, None).await, Err(LogError::OffsetOutOfRange)));
         assert!(matches!(log.delete_records(61).await, Err(LogError::OffsetOutOfRange)));
         drop(log);
         let mut log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
@@ -525,7 +540,7 @@ mod corruption_tests {
         let log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await.unwrap();
         assert_eq!(log.high_watermark(), 60);
         for offset in [0, 2, 3, 59] {
-            let read = log.read(offset, 1).await.unwrap();
+            let read = log.read(offset, 1, None).await.unwrap();
             let header = batch::check(&read.records).unwrap();
             assert!(header.base_offset <= offset && offset <= header.last_offset());
         }

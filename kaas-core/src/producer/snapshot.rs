@@ -1,5 +1,6 @@
 //! Producer-state snapshots: `<offset>.snapshot` in the partition directory holds the producer
-//! state as of log offset `offset` (everything below it applied). Written on segment roll and
+//! state as of log offset `offset` (everything below it applied): each producer's dedupe
+//! window and open transaction, and the index of aborted transactions. Written on segment roll and
 //! on shutdown; on start-up the newest one at or below the log end is loaded and the batch
 //! headers after it are applied, so the state matches the log exactly.
 //!
@@ -84,9 +85,13 @@ pub async fn restore<V: Volume>(volume: &V, log: &PartitionLog<V>) -> Result<Pro
     };
     states.truncate_head(log.log_start_offset());
     let from = from.max(log.log_start_offset());
-    for header in log.batch_headers(from).await? {
-        if header.producer_id >= 0 && !header.is_control() && header.base_offset >= from {
-            states.apply(&header, header.base_offset);
+    for (header, marker) in log.batch_headers(from).await? {
+        if header.producer_id < 0 || header.base_offset < from {
+            continue;
+        }
+        match marker {
+            Some(marker) => states.apply_marker(header.producer_id, header.producer_epoch, marker, header.base_offset),
+            None => states.apply(&header, header.base_offset),
         }
     }
     Ok(states)

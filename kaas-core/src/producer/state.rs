@@ -17,12 +17,18 @@
 //!   no retry can fill. kaas keeps the older answer (Kafka 1.0 to 2.4), which clients handle by
 //!   starting a new epoch, so that the log of every producer stays gapless (DESIGN.md,
 //!   invariant 2).
+//!
+//! It also follows transactions as Apache's `ProducerStateManager` does: a producer's first
+//! transactional batch opens its transaction in this partition (the first unstable offset),
+//! a COMMIT or ABORT marker closes it, and an aborted one is remembered with its offset range
+//! for read_committed fetches (the aborted-transaction index).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use crate::log::batch::BatchHeader;
+use crate::log::control::Marker;
 
 /// Batches remembered per producer: the Java client's default max.in.flight.
 pub const BATCHES_RETAINED: usize = 5;
@@ -44,6 +50,27 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchMetadata>,
     /// The max timestamp of the producer's last batch: idle producers expire from it.
     pub last_timestamp: i64,
+    /// The offset of the producer's first batch in its open transaction, if one is open here.
+    #[serde(default)]
+    pub current_txn_first_offset: Option<i64>,
+}
+
+/// A transaction that ended with an ABORT marker: read_committed consumers skip the producer's
+/// batches from `first_offset` up to the marker at `last_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+}
+
+/// What a marker does to the producer state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerVerdict {
+    Append,
+    /// The marker's epoch is older than the producer's: it comes from a fenced coordinator
+    /// decision and must not end anything.
+    InvalidProducerEpoch,
 }
 
 impl ProducerEntry {
@@ -79,6 +106,9 @@ fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerStates {
     producers: BTreeMap<i64, ProducerEntry>,
+    /// Aborted transactions, oldest first, until retention removes their batches.
+    #[serde(default)]
+    aborted: Vec<AbortedTxn>,
     /// How many batches each producer keeps: `BATCHES_RETAINED` but for a simulation mutant.
     #[serde(skip)]
     window_override: Option<usize>,
@@ -141,7 +171,11 @@ impl ProducerStates {
             producer_epoch: header.producer_epoch,
             batches: VecDeque::new(),
             last_timestamp: header.max_timestamp,
+            current_txn_first_offset: None,
         });
+        if header.is_transactional() {
+            entry.current_txn_first_offset.get_or_insert(base_offset);
+        }
         if header.producer_epoch != entry.producer_epoch {
             // A new epoch starts a new sequence: the old window means nothing for it.
             entry.producer_epoch = header.producer_epoch;
@@ -161,18 +195,92 @@ impl ProducerStates {
         assert!(entry.batches.len() <= window, "the dedupe window is bounded");
     }
 
+    /// Classifies a marker of `producer_epoch` before it is appended.
+    pub fn check_marker(&self, producer_id: i64, producer_epoch: i16) -> MarkerVerdict {
+        match self.producers.get(&producer_id) {
+            Some(entry) if producer_epoch < entry.producer_epoch => MarkerVerdict::InvalidProducerEpoch,
+            _ => MarkerVerdict::Append,
+        }
+    }
+
+    /// Records a marker appended at `offset`: the producer's open transaction here (if any)
+    /// ends, and an aborted one joins the index. A marker of a newer epoch (a coordinator that
+    /// fenced the producer) moves the producer to it: the old epoch is fenced here too, and the
+    /// new one starts its sequence at 0.
+    pub fn apply_marker(&mut self, producer_id: i64, producer_epoch: i16, marker: Marker, offset: i64) {
+        let entry = self.producers.entry(producer_id).or_insert_with(|| ProducerEntry {
+            producer_epoch,
+            batches: VecDeque::new(),
+            last_timestamp: -1,
+            current_txn_first_offset: None,
+        });
+        if producer_epoch > entry.producer_epoch {
+            entry.producer_epoch = producer_epoch;
+            entry.batches.clear();
+        }
+        if let Some(first_offset) = entry.current_txn_first_offset.take()
+            && marker == Marker::Abort
+        {
+            assert!(first_offset < offset, "a transaction's marker follows its batches");
+            self.aborted.push(AbortedTxn { producer_id, first_offset, last_offset: offset });
+        }
+    }
+
+    /// Moves a producer to a newer epoch without a marker (the coordinator's fence on a rejoin):
+    /// batches of older epochs are refused from now on. Nothing happens to an unknown producer
+    /// or one already at `producer_epoch` or later.
+    pub fn fence(&mut self, producer_id: i64, producer_epoch: i16) -> bool {
+        match self.producers.get_mut(&producer_id) {
+            Some(entry) if entry.producer_epoch < producer_epoch && entry.current_txn_first_offset.is_none() => {
+                entry.producer_epoch = producer_epoch;
+                entry.batches.clear();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The epoch of a producer whose transaction is open in this partition.
+    pub fn ongoing_epoch(&self, producer_id: i64) -> Option<i16> {
+        let entry = self.producers.get(&producer_id)?;
+        entry.current_txn_first_offset.map(|_| entry.producer_epoch)
+    }
+
+    /// The first offset of the oldest open transaction: the last stable offset is never past it.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.producers.values().filter_map(|e| e.current_txn_first_offset).min()
+    }
+
+    /// The producers with an open transaction here, and its first offset.
+    pub fn ongoing(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().filter(|(_, e)| e.current_txn_first_offset.is_some()).map(|(pid, e)| (*pid, e))
+    }
+
+    /// The aborted transactions whose range meets `[from, to)`: what a read_committed fetch of
+    /// that range must be told.
+    pub fn aborted_between(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
+        self.aborted.iter().filter(|a| a.last_offset >= from && a.first_offset < to).copied().collect()
+    }
+
     /// Forgets producers idle (by their batches' timestamps) for `expiration_ms` at `now_ms`,
-    /// as `producer.id.expiration.ms` asks. Returns how many were forgotten.
+    /// as `producer.id.expiration.ms` asks; never one with an open transaction. Returns how
+    /// many were forgotten.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers.retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
+        self.producers.retain(|_, e| {
+            e.current_txn_first_offset.is_some() || now_ms.saturating_sub(e.last_timestamp) < expiration_ms
+        });
         before - self.producers.len()
     }
 
     /// Forgets the producers whose every batch lies below `log_start_offset` (DeleteRecords,
-    /// retention), as Apache does when it removes their segments.
+    /// retention), as Apache does when it removes their segments, and the aborted
+    /// transactions that ended there.
     pub fn truncate_head(&mut self, log_start_offset: i64) {
-        self.producers.retain(|_, e| e.batches.back().is_none_or(|b| b.last_offset >= log_start_offset));
+        self.producers.retain(|_, e| {
+            e.current_txn_first_offset.is_some() || e.batches.back().is_none_or(|b| b.last_offset >= log_start_offset)
+        });
+        self.aborted.retain(|a| a.last_offset >= log_start_offset);
     }
 }
 

@@ -1,6 +1,8 @@
-//! Transactions (KIP-98, KIP-360, KIP-447): the coordinator's per-transactional.id state
-//! machine (`state`) and its slot files (`store`). The coordinator actor that drives them and
-//! the partition side (markers, LSO, read_committed) come next (issue 5).
+//! Transactions (KIP-98, KIP-360, KIP-447, KIP-890 part 1): the per-transactional.id state
+//! machine (`state`), its slot files (`store`) and the coordinator actor that drives both and
+//! writes the markers (`coordinator`). The partition side (LSO, aborted transactions,
+//! verification) lives with the partition actor and its producer state.
 
+pub mod coordinator;
 pub mod state;
 pub mod store;

@@ -113,7 +113,32 @@ pub enum EndOutcome {
 }
 
 /// Epochs at or above this rotate to a fresh producer id instead of bumping.
-const EPOCH_MAX: i16 = i16::MAX - 1;
+pub const EPOCH_MAX: i16 = i16::MAX - 1;
+
+/// Whether InitProducerId or the reaper could need a fresh producer id for this entry (the
+/// caller allocates one beforehand; an unused one is simply skipped).
+pub fn may_need_fresh_producer_id(existing: Option<&TxnEntry>) -> bool {
+    existing.is_none_or(|e| e.producer_epoch >= EPOCH_MAX)
+}
+
+/// What a transactional write needs to be part of the producer's open transaction.
+#[derive(Debug, Clone, Copy)]
+pub enum Member<'a> {
+    Partition(&'a TopicPartition),
+    Group(&'a str),
+}
+
+/// KIP-890 verification: is the partition (or group) in the producer's open transaction?
+/// Asked before a transactional batch opens the transaction in a partition and before a
+/// TxnOffsetCommit stages offsets.
+pub fn verify(entry: &TxnEntry, producer_id: i64, producer_epoch: i16, member: Member<'_>) -> Result<(), TxnError> {
+    entry.check_producer(producer_id, producer_epoch)?;
+    let included = match member {
+        Member::Partition(tp) => entry.partitions.contains(tp),
+        Member::Group(group_id) => entry.groups.contains(group_id),
+    };
+    if entry.state == TxnState::Ongoing && included { Ok(()) } else { Err(TxnError::InvalidTxnState) }
+}
 
 impl TxnEntry {
     fn transition(&self, next: TxnState) -> TxnEntry {
@@ -146,6 +171,17 @@ impl TxnEntry {
             entry.producer_epoch = self.producer_epoch + 1;
         }
         entry
+    }
+
+    /// The epoch bump of an abort the coordinator starts itself (a rejoin during a transaction,
+    /// the reaper): it fences the old producer. The producer id stays, for the markers must
+    /// end the batches written under it; an exhausted epoch is not bumped (the next
+    /// InitProducerId rotates the id, as in Apache).
+    fn bumped_for_abort(&self) -> TxnEntry {
+        if self.producer_epoch >= EPOCH_MAX {
+            return self.clone();
+        }
+        self.bumped(|| unreachable!("an epoch below EPOCH_MAX is bumped in place"))
     }
 }
 
@@ -196,7 +232,7 @@ pub fn init_producer_id(
         TxnState::PrepareCommit | TxnState::PrepareAbort => Err(TxnError::ConcurrentTransactions),
         TxnState::Ongoing => {
             // Fence the old producer now; the abort completes before the new one may start.
-            let mut aborting = entry.bumped(fresh_producer_id).transition(TxnState::PrepareAbort);
+            let mut aborting = entry.bumped_for_abort().transition(TxnState::PrepareAbort);
             aborting.transaction_timeout_ms = transaction_timeout_ms;
             Ok(InitOutcome::AbortFirst(aborting))
         }
@@ -285,12 +321,15 @@ pub fn complete(entry: &TxnEntry) -> TxnEntry {
 
 /// The reaper: an Ongoing transaction past its timeout is aborted with an epoch bump, so that
 /// nothing its producer still sends can land. None if it has not timed out.
-pub fn time_out(entry: &TxnEntry, now_ms: i64, fresh_producer_id: impl FnOnce() -> i64) -> Option<TxnEntry> {
+pub fn time_out(entry: &TxnEntry, now_ms: i64) -> Option<TxnEntry> {
     let deadline = entry.ongoing_since_ms.saturating_add(i64::from(entry.transaction_timeout_ms));
     if entry.state != TxnState::Ongoing || now_ms < deadline {
         return None;
     }
-    Some(entry.bumped(fresh_producer_id).transition(TxnState::PrepareAbort))
+    if crate::mutant!(ReaperWithoutEpochBump) {
+        return Some(entry.transition(TxnState::PrepareAbort));
+    }
+    Some(entry.bumped_for_abort().transition(TxnState::PrepareAbort))
 }
 
 #[cfg(test)]
@@ -402,16 +441,26 @@ mod tests {
         e.producer_epoch = i16::MAX - 1;
         let rotated = ready(init_producer_id(Some(&e), "t", 60_000, MAX, None, || 8 << 40));
         assert_eq!((rotated.producer_id, rotated.producer_epoch), (8 << 40, 0));
+        let ongoing = add_partitions(&e, e.producer_id, e.producer_epoch, &[tp("a", 0)], 0).unwrap();
+        let Ok(InitOutcome::AbortFirst(aborting)) = init_producer_id(Some(&ongoing), "t", 60_000, MAX, None, || 9)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (aborting.producer_id, aborting.producer_epoch),
+            (e.producer_id, i16::MAX - 1),
+            "the abort's markers are for the id its batches were written under"
+        );
     }
 
     #[test]
     fn the_reaper_aborts_a_timed_out_transaction_with_an_epoch_bump() {
         let e = first("t");
         let ongoing = add_partitions(&e, e.producer_id, 0, &[tp("a", 0)], 1_000).unwrap();
-        assert_eq!(time_out(&ongoing, 60_999, || 0), None);
-        let aborted = time_out(&ongoing, 61_000, || 0).unwrap();
+        assert_eq!(time_out(&ongoing, 60_999), None);
+        let aborted = time_out(&ongoing, 61_000).unwrap();
         assert_eq!((aborted.state, aborted.producer_epoch, aborted.partitions.len()), (TxnState::PrepareAbort, 1, 1));
-        assert_eq!(time_out(&e, i64::MAX, || 0), None, "only Ongoing transactions time out");
+        assert_eq!(time_out(&e, i64::MAX), None, "only Ongoing transactions time out");
         assert_eq!(
             end_txn(&aborted, e.producer_id, 0, true),
             Err(TxnError::ProducerFenced),

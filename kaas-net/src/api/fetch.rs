@@ -1,5 +1,6 @@
 //! Fetch (v4-v16) for consumers. Reads stop at the high watermark (only durable bytes are
-//! served); a fetch with less than `min_bytes` available waits until more arrives or
+//! served), or for read_committed (isolation 1) at the last stable offset, with the aborted
+//! transactions of the range so the consumer can drop their batches; a fetch with less than `min_bytes` available waits until more arrives or
 //! `max_wait_ms` passes (long polling). Fetch sessions are not kept: every answer carries
 //! session id 0, which tells clients to send full fetch requests.
 
@@ -8,10 +9,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use kaas_core::env::{Clock, Env};
+use kaas_core::partition::Isolation;
 use kaas_core::topics::MetadataSnapshot;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, RequestHeader};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProducerId, RequestHeader};
 use tokio::time::Duration;
 
 use super::{encode, topic};
@@ -54,6 +56,7 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
 /// One pass over the requested partitions; returns the response and the record bytes in it.
 async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, version: i16) -> (FetchResponse, usize) {
     let mut remaining = request.max_bytes.max(0) as usize;
+    let isolation = if request.isolation_level == 1 { Isolation::ReadCommitted } else { Isolation::ReadUncommitted };
     let mut total = 0usize;
     let mut responses = Vec::new();
     for t in &request.topics {
@@ -82,23 +85,38 @@ async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, ver
             // watermarks and no records; otherwise from a read, with the watermarks it saw.
             let answer = if remaining == 0 {
                 let marks = partition.watermarks();
-                if marks.online { Ok((Bytes::new(), marks)) } else { Err(ResponseError::KafkaStorageError.code()) }
+                if marks.online {
+                    Ok((Bytes::new(), marks, Vec::new()))
+                } else {
+                    Err(ResponseError::KafkaStorageError.code())
+                }
             } else {
                 let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
                 partition
-                    .read(p.fetch_offset, limit)
+                    .read(p.fetch_offset, limit, isolation)
                     .await
-                    .map(|r| (r.records, r.watermarks))
+                    .map(|r| (r.records, r.watermarks, r.aborted))
                     .map_err(|e| error::code(&e))
             };
             match answer {
-                Ok((records, marks)) => {
+                Ok((records, marks, aborted)) => {
                     remaining = remaining.saturating_sub(records.len());
                     total += records.len();
+                    let aborted = (isolation == Isolation::ReadCommitted).then(|| {
+                        aborted
+                            .iter()
+                            .map(|a| {
+                                AbortedTransaction::default()
+                                    .with_producer_id(ProducerId(a.producer_id))
+                                    .with_first_offset(a.first_offset)
+                            })
+                            .collect()
+                    });
                     let data = data
                         .with_high_watermark(marks.high_watermark)
-                        .with_last_stable_offset(marks.high_watermark)
-                        .with_log_start_offset(marks.log_start_offset);
+                        .with_last_stable_offset(marks.last_stable_offset)
+                        .with_log_start_offset(marks.log_start_offset)
+                        .with_aborted_transactions(aborted);
                     partitions.push(data.with_records(Some(records)));
                 }
                 Err(code) => partitions.push(data.with_error_code(code)),

@@ -1,5 +1,7 @@
 //! ListOffsets (v1-v9): latest (-1), earliest (-2), max timestamp (-3), earliest local (-4,
 //! the same as earliest: all data is local), latest tiered (-5, none), and by timestamp.
+//! With read_committed isolation (1) the readable end is the last stable offset, not the
+//! high watermark.
 
 use kaas_core::env::Env;
 use kaas_core::partition::PartitionHandle;
@@ -23,6 +25,7 @@ pub async fn handle<E: Env>(
 ) -> ListOffsetsResponse {
     // The leader epoch exists from v4 on; below it the field must keep its default.
     let leader_epoch = if header.request_api_version >= 4 { 0 } else { -1 };
+    let read_committed = request.isolation_level == 1;
     let snapshot = ctx.broker.topics.snapshot();
     let mut topics = Vec::new();
     for t in request.topics {
@@ -36,7 +39,7 @@ pub async fn handle<E: Env>(
                     .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                     .with_timestamp(-1)
                     .with_offset(-1),
-                Some(partition) => lookup(partition, p.timestamp, base).await,
+                Some(partition) => lookup(partition, p.timestamp, read_committed, base).await,
             };
             partitions.push(response);
         }
@@ -48,6 +51,7 @@ pub async fn handle<E: Env>(
 async fn lookup(
     partition: &PartitionHandle,
     timestamp: i64,
+    read_committed: bool,
     base: ListOffsetsPartitionResponse,
 ) -> ListOffsetsPartitionResponse {
     let marks = partition.watermarks();
@@ -55,9 +59,10 @@ async fn lookup(
         // Stale offsets would be a wrong answer; the client retries.
         return base.with_error_code(ResponseError::KafkaStorageError.code()).with_offset(-1).with_timestamp(-1);
     }
+    let end = if read_committed { marks.last_stable_offset } else { marks.high_watermark };
     let found = |offset: i64, ts: i64| base.clone().with_offset(offset).with_timestamp(ts);
     match timestamp {
-        LATEST => found(marks.high_watermark, -1),
+        LATEST => found(end, -1),
         EARLIEST | EARLIEST_LOCAL => found(marks.log_start_offset, -1),
         LATEST_TIERED => found(-1, -1),
         MAX_TIMESTAMP => match partition.max_timestamp().await {
@@ -71,7 +76,7 @@ async fn lookup(
         },
         ts if ts < 0 => base.with_error_code(ResponseError::InvalidRequest.code()).with_offset(-1).with_timestamp(-1),
         ts => match partition.offset_for_time(ts).await {
-            Ok(Some(offset)) if offset < marks.high_watermark => found(offset, ts),
+            Ok(Some(offset)) if offset < end => found(offset, ts),
             Ok(_) => found(-1, -1),
             Err(e) => base.with_error_code(error::code(&e)),
         },

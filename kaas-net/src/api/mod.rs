@@ -17,6 +17,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod producers;
+mod transactions;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kaas_core::env::Env;
@@ -54,6 +55,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::DescribeTransactions, 0, 0),
 ];
 
 /// Versions of Produce that are advertised but answered with UNSUPPORTED_VERSION.
@@ -120,6 +128,13 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::OffsetFetch => now!(offsets::fetch),
         ApiKey::InitProducerId => now!(producers::init_producer_id),
         ApiKey::DescribeProducers => now!(producers::describe_producers),
+        ApiKey::AddPartitionsToTxn => now!(transactions::add_partitions_to_txn),
+        ApiKey::AddOffsetsToTxn => now!(transactions::add_offsets_to_txn),
+        ApiKey::EndTxn => now!(transactions::end_txn),
+        ApiKey::WriteTxnMarkers => now!(transactions::write_txn_markers),
+        ApiKey::TxnOffsetCommit => now!(transactions::txn_offset_commit),
+        ApiKey::ListTransactions => now!(transactions::list_transactions),
+        ApiKey::DescribeTransactions => now!(transactions::describe_transactions),
         _ => Err(format!("no handler for {key:?}")),
     }
 }

@@ -1,8 +1,9 @@
 //! OffsetCommit (v2-v9) and OffsetFetch (v1-v9, the batched v8+ form included). A commit is
-//! acked only once it is durable on the volume.
+//! acked only once it is durable on the volume. OffsetFetch with require_stable (v7+) answers
+//! UNSTABLE_OFFSET_COMMIT for a partition with transactional offsets staged (KIP-447).
 
 use kaas_core::env::{Clock, Env};
-use kaas_core::group::{CommitRequest, CommittedOffset, TopicPartition};
+use kaas_core::group::{CommitRequest, CommittedOffset, FetchedOffset, TopicPartition};
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
@@ -80,19 +81,24 @@ pub async fn commit<E: Env>(
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-type Fetched = CoreResult<Vec<(TopicPartition, Option<CommittedOffset>)>>;
+type Fetched = CoreResult<Vec<FetchedOffset>>;
 /// One topic's partitions and their committed offsets (None: nothing committed).
-type TopicOffsets = (String, Vec<(i32, Option<CommittedOffset>)>);
+type TopicOffsets = (String, Vec<(i32, CoreResult<Option<CommittedOffset>>)>);
 
-async fn fetch_group<E: Env>(ctx: &Context<E>, group_id: &str, wanted: Option<Vec<TopicPartition>>) -> Fetched {
+async fn fetch_group<E: Env>(
+    ctx: &Context<E>,
+    group_id: &str,
+    wanted: Option<Vec<TopicPartition>>,
+    require_stable: bool,
+) -> Fetched {
     if group_id.is_empty() {
         return Err(CoreError::InvalidGroupId);
     }
-    ctx.broker.groups.fetch(group_id.to_string(), wanted).await
+    ctx.broker.groups.fetch(group_id.to_string(), wanted, require_stable).await
 }
 
 /// Groups (topic, [(partition, offset)]) in first-seen order.
-fn by_topic(fetched: Vec<(TopicPartition, Option<CommittedOffset>)>) -> Vec<TopicOffsets> {
+fn by_topic(fetched: Vec<FetchedOffset>) -> Vec<TopicOffsets> {
     let mut out: Vec<TopicOffsets> = Vec::new();
     for ((t, p), c) in fetched {
         match out.iter_mut().find(|(name, _)| *name == t) {
@@ -117,7 +123,7 @@ pub async fn fetch<E: Env>(
                     .collect()
             });
             let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            groups.push(match fetch_group(ctx, &g.group_id.0, wanted).await {
+            groups.push(match fetch_group(ctx, &g.group_id.0, wanted, request.require_stable).await {
                 Err(e) => group.with_error_code(error::code(&e)),
                 Ok(fetched) => {
                     let topics = by_topic(fetched)
@@ -126,9 +132,11 @@ pub async fn fetch<E: Env>(
                             let partitions = parts
                                 .into_iter()
                                 .map(|(p, c)| {
+                                    let code = error::code_of(&c);
                                     let (offset, epoch, metadata) = unpack(c);
                                     OffsetFetchResponsePartitions::default()
                                         .with_partition_index(p)
+                                        .with_error_code(code)
                                         .with_committed_offset(offset)
                                         .with_committed_leader_epoch(epoch)
                                         .with_metadata(Some(text(&metadata)))
@@ -146,7 +154,7 @@ pub async fn fetch<E: Env>(
     let wanted = request.topics.map(|ts| {
         ts.into_iter().flat_map(|t| t.partition_indexes.into_iter().map(move |p| (t.name.0.to_string(), p))).collect()
     });
-    match fetch_group(ctx, &request.group_id.0, wanted).await {
+    match fetch_group(ctx, &request.group_id.0, wanted, request.require_stable).await {
         Err(e) => OffsetFetchResponse::default().with_error_code(error::code(&e)),
         Ok(fetched) => {
             let topics = by_topic(fetched)
@@ -155,9 +163,11 @@ pub async fn fetch<E: Env>(
                     let partitions = parts
                         .into_iter()
                         .map(|(p, c)| {
+                            let code = error::code_of(&c);
                             let (offset, epoch, metadata) = unpack(c);
                             OffsetFetchResponsePartition::default()
                                 .with_partition_index(p)
+                                .with_error_code(code)
                                 .with_committed_offset(offset)
                                 .with_committed_leader_epoch(epoch)
                                 .with_metadata(Some(text(&metadata)))
@@ -171,9 +181,9 @@ pub async fn fetch<E: Env>(
     }
 }
 
-fn unpack(c: Option<CommittedOffset>) -> (i64, i32, String) {
+fn unpack(c: CoreResult<Option<CommittedOffset>>) -> (i64, i32, String) {
     match c {
-        Some(c) => (c.offset, c.leader_epoch, c.metadata),
-        None => (-1, -1, String::new()),
+        Ok(Some(c)) => (c.offset, c.leader_epoch, c.metadata),
+        _ => (-1, -1, String::new()),
     }
 }

@@ -1,10 +1,16 @@
 //! Produce (v3-v11; v0-v2 advertised and refused). Batches are checked (header, CRC, magic)
 //! and queued on their partition actors in request order before this returns; the answer waits
 //! for the fsync of every partition (acks=1 and acks=all alike: the volume is the replica).
+//!
+//! A transactional batch whose producer has no transaction open in the partition is verified
+//! with the transaction coordinator first (KIP-890 part 1), before it is queued: the request
+//! after it on the connection must not overtake it.
 
 use bytes::{Buf, BufMut, Bytes};
 use kaas_core::env::Env;
-use kaas_core::log::batch;
+use kaas_core::log::batch::{self, BatchHeader};
+use kaas_core::partition::PartitionHandle;
+use kaas_core::txn::coordinator::TxnMember;
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -26,6 +32,7 @@ pub async fn handle<E: Env>(
     request: ProduceRequest,
 ) -> Result<Answer, String> {
     let acks = request.acks;
+    let transactional_id = request.transactional_id.as_ref().map(|t| t.to_string());
     let snapshot = ctx.broker.topics.snapshot();
     let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Pending)>)> = Vec::new();
     for topic_data in request.topic_data {
@@ -44,14 +51,26 @@ pub async fn handle<E: Env>(
                         Ok(batches) if batches.len() > 1 && batches.iter().any(|(h, _)| h.producer_id >= 0) => {
                             Pending::Done(Err(CoreError::InvalidRecord))
                         }
-                        Ok(batches) if acks == 0 => {
-                            partition.append_unacknowledged(batches).await;
-                            Pending::Done(Ok(kaas_core::partition::AppendOutcome {
-                                base_offset: -1,
-                                log_start_offset: -1,
-                            }))
+                        Ok(batches) => {
+                            let guard = match batches.iter().find(|(h, _)| h.is_transactional()) {
+                                None => Ok(None),
+                                Some((h, _)) => {
+                                    let tp = (topic_data.name.0.to_string(), data.index);
+                                    verify(ctx, transactional_id.as_deref(), tp, partition, h).await
+                                }
+                            };
+                            match guard {
+                                Err(e) => Pending::Done(Err(e)),
+                                Ok(guard) if acks == 0 => {
+                                    partition.append_unacknowledged(batches, guard).await;
+                                    Pending::Done(Ok(kaas_core::partition::AppendOutcome {
+                                        base_offset: -1,
+                                        log_start_offset: -1,
+                                    }))
+                                }
+                                Ok(guard) => Pending::Waiting(partition.append(batches, guard).await),
+                            }
                         }
-                        Ok(batches) => Pending::Waiting(partition.append(batches).await),
                     },
                 }
             };
@@ -87,6 +106,41 @@ pub async fn handle<E: Env>(
         let response = ProduceResponse::default().with_responses(responses);
         encode(ApiKey::Produce, &header, &response)
     })))
+}
+
+/// KIP-890 part 1: a transactional batch of a producer whose transaction is not open in the
+/// partition yet is appended only if the coordinator has the partition in that transaction.
+/// Returns the guard for the append (None: the transaction is already open here).
+async fn verify<E: Env>(
+    ctx: &Context<E>,
+    transactional_id: Option<&str>,
+    tp: (String, i32),
+    partition: &PartitionHandle,
+    header: &BatchHeader,
+) -> CoreResult<Option<u64>> {
+    // Read before the coordinator is asked: a marker written after this invalidates the answer.
+    let view = partition.txn_view();
+    if view.ongoing.get(&header.producer_id) == Some(&header.producer_epoch) {
+        return Ok(None);
+    }
+    let Some(transactional_id) = transactional_id.filter(|t| !t.is_empty()) else {
+        return Err(CoreError::InvalidTxnState);
+    };
+    let verified = ctx
+        .broker
+        .txn
+        .verify(transactional_id.to_string(), header.producer_id, header.producer_epoch, TxnMember::Partition(tp))
+        .await;
+    match verified {
+        Ok(()) => Ok(Some(view.markers_written)),
+        // The Produce path's fencing answer, as Apache gives it.
+        Err(CoreError::ProducerFenced) => Err(CoreError::InvalidProducerEpoch),
+        // Retriable for every client version: the batch is retried and verified again.
+        Err(CoreError::ConcurrentTransactions | CoreError::CoordinatorNotAvailable) => {
+            Err(CoreError::NotEnoughReplicas)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn partition_response(index: i32, result: CoreResult<kaas_core::partition::AppendOutcome>) -> PartitionProduceResponse {

@@ -1,8 +1,8 @@
-//! The idempotent producer's APIs: InitProducerId (v0-v5) hands out producer ids, and
+//! The producer's APIs: InitProducerId (v0-v5) hands out producer ids (fresh ones for
+//! idempotent producers, the transactional id's own from the transaction coordinator), and
 //! DescribeProducers (v0, KIP-664) shows what each partition remembers of its producers.
 
 use kaas_core::env::Env;
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::{
     DescribeProducersRequest, DescribeProducersResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
@@ -15,6 +15,8 @@ use crate::error;
 
 /// A null or empty transactional.id asks for an idempotent producer: a fresh id at epoch 0 from
 /// this broker, whoever asks and whatever producer id and epoch (v3+) it sends, as Apache does.
+/// A transactional.id goes to its coordinator, with the caller's id and epoch (v3+, KIP-360)
+/// when it sends them.
 pub async fn init_producer_id<E: Env>(
     ctx: &Context<E>,
     _header: &RequestHeader,
@@ -23,9 +25,15 @@ pub async fn init_producer_id<E: Env>(
     let failed = |code: i16| {
         InitProducerIdResponse::default().with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
     };
-    if request.transactional_id.as_ref().is_some_and(|id| !id.is_empty()) {
-        // Transactions are not served yet: refuse rather than hand out an unfenced id.
-        return failed(ResponseError::InvalidRequest.code());
+    if let Some(id) = request.transactional_id.as_ref().filter(|id| !id.is_empty()) {
+        let expected = (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
+        let answer = ctx.broker.txn.init_producer_id(id.to_string(), request.transaction_timeout_ms, expected).await;
+        return match answer {
+            Ok((producer_id, producer_epoch)) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(producer_id))
+                .with_producer_epoch(producer_epoch),
+            Err(e) => failed(error::code(&e)),
+        };
     }
     match ctx.broker.producer_ids.allocate().await {
         Ok(producer_id) => {
@@ -64,7 +72,7 @@ pub async fn describe_producers<E: Env>(
                                 .with_last_sequence(entry.last_seq().unwrap_or(-1))
                                 .with_last_timestamp(entry.last_timestamp)
                                 .with_coordinator_epoch(-1)
-                                .with_current_txn_start_offset(-1)
+                                .with_current_txn_start_offset(entry.current_txn_first_offset.unwrap_or(-1))
                         })
                         .collect(),
                 ),

