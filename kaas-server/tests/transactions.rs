@@ -181,3 +181,153 @@ async fn the_reaper_aborts_a_transaction_past_its_timeout() {
     let (_, high) = consumer.fetch_watermarks("out", 0, T).unwrap();
     assert_eq!(high, 2, "the record and its ABORT marker");
 }
+
+const INPUTS: usize = 3000;
+const IN_PARTITIONS: i32 = 3;
+
+/// How one copier instance ended.
+enum Ended {
+    /// Every input's offset is committed.
+    Done,
+    /// Abandoned mid-transaction, as a crash would leave it.
+    Abandoned,
+}
+
+/// One copier instance: consumes `in` from the group's committed offsets (read_committed) and,
+/// per transaction, writes a copy of each record to the same partition of `out` and commits the
+/// input offsets with `send_offsets_to_transaction`. It abandons its transaction number
+/// `abandon_at` without ending it. Any error ends the instance; the next one fences it.
+fn copier(bootstrap: &str, abandon_at: usize) -> Result<Ended, KafkaError> {
+    let producer = {
+        let producer: TxnProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("transactional.id", "copier")
+            .set("transaction.timeout.ms", "10000")
+            .set("linger.ms", "1")
+            .set("reconnect.backoff.ms", "20")
+            .set("reconnect.backoff.max.ms", "200")
+            .create()?;
+        producer.init_transactions(T)?;
+        producer
+    };
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "copier")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .set("reconnect.backoff.ms", "20")
+        .set("reconnect.backoff.max.ms", "200")
+        .create()?;
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..IN_PARTITIONS {
+        assignment.add_partition_offset("in", p, Offset::Stored)?;
+    }
+    consumer.assign(&assignment)?;
+    let per_partition = (INPUTS / IN_PARTITIONS as usize) as i64;
+    let mut idle_since = Instant::now();
+    for txn in 0.. {
+        let mut batch = Vec::new();
+        let until = Instant::now() + Duration::from_millis(200);
+        while batch.len() < 20 && Instant::now() < until {
+            // Poll errors are the broker coming and going; the client recovers on its own.
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(20)) {
+                let payload = String::from_utf8(m.payload().unwrap_or_default().to_vec()).unwrap();
+                batch.push((m.partition(), m.offset(), payload));
+            }
+        }
+        if batch.is_empty() {
+            if idle_since.elapsed() > Duration::from_secs(2) {
+                let committed = consumer.committed(T)?;
+                let at_end = committed.elements().iter().all(|e| e.offset() == Offset::Offset(per_partition));
+                if at_end {
+                    return Ok(Ended::Done);
+                }
+                idle_since = Instant::now();
+            }
+            continue;
+        }
+        idle_since = Instant::now();
+        producer.begin_transaction()?;
+        let mut next = TopicPartitionList::new();
+        for (p, offset, payload) in &batch {
+            send(&producer, "out", *p, &format!("copy-{payload}"));
+            next.add_partition_offset("in", *p, Offset::Offset(offset + 1))?;
+        }
+        if txn == abandon_at {
+            let _ = producer.flush(Duration::from_secs(1));
+            return Ok(Ended::Abandoned);
+        }
+        let group = consumer.group_metadata().expect("group metadata");
+        producer.send_offsets_to_transaction(&next, &group, T)?;
+        producer.commit_transaction(T)?;
+    }
+    unreachable!()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copier_killed_mid_stream_with_the_broker_copies_each_input_exactly_once() {
+    let kaas = Kaas::start("txn-copier", &[]);
+    let bootstrap = kaas.bootstrap();
+    create_topic(&bootstrap, "in", IN_PARTITIONS).await;
+    create_topic(&bootstrap, "out", IN_PARTITIONS).await;
+    let input: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    for n in 0..INPUTS {
+        let payload = format!("n{n:05}");
+        send_plain(&input, (n % IN_PARTITIONS as usize) as i32, &payload);
+    }
+    input.flush(T).unwrap();
+    drop(input);
+
+    let kaas = std::sync::Arc::new(std::sync::Mutex::new(kaas));
+    let copying = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let killer = {
+        let (kaas, copying) = (kaas.clone(), copying.clone());
+        std::thread::spawn(move || {
+            let mut kills = 0;
+            while kills < 4 && copying.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1000));
+                kaas.lock().unwrap().restart();
+                kills += 1;
+            }
+            kills
+        })
+    };
+    let copied = {
+        let bootstrap = bootstrap.clone();
+        tokio::task::spawn_blocking(move || {
+            let (mut abandoned, mut failed) = (0, Vec::new());
+            for instance in 0..100 {
+                // Instances abandon their 3rd, 5th, 2nd ... transaction; the later ones run to the end.
+                let abandon_at = if instance < 6 { [3, 5, 2][instance % 3] } else { usize::MAX };
+                match copier(&bootstrap, abandon_at) {
+                    Ok(Ended::Done) => return (abandoned, failed),
+                    Ok(Ended::Abandoned) => abandoned += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            panic!("the copier never finished: {failed:?}");
+        })
+    };
+    let (abandoned, failed) = copied.await.unwrap();
+    copying.store(false, std::sync::atomic::Ordering::SeqCst);
+    let kills = killer.join().unwrap();
+    eprintln!("copier: {abandoned} instances abandoned, {} failed with the broker ({failed:?}), {kills} kills", failed.len());
+    assert!(kills >= 2 && abandoned >= 3, "the copier ran through kills ({kills}) and abandonments ({abandoned})");
+
+    let out = read_all(&bootstrap, "out", IN_PARTITIONS, "read_committed");
+    for p in 0..IN_PARTITIONS {
+        let expected: Vec<String> =
+            (p as usize..INPUTS).step_by(IN_PARTITIONS as usize).map(|n| format!("copy-n{n:05}")).collect();
+        assert_eq!(out[&p].len(), expected.len(), "partition {p}: duplicates or losses");
+        assert_eq!(out[&p], expected, "partition {p}: each input once, in input order");
+    }
+}
+
+fn send_plain(producer: &ThreadedProducer<DefaultProducerContext>, partition: i32, payload: &str) {
+    producer.send(BaseRecord::<(), _>::to("in").partition(partition).payload(payload)).expect("queue");
+}
