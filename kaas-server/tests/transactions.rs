@@ -254,12 +254,17 @@ fn copier(bootstrap: &str, abandon_at: usize) -> Result<Ended, KafkaError> {
             send(&producer, "out", *p, &format!("copy-{payload}"));
             next.add_partition_offset("in", *p, Offset::Offset(offset + 1))?;
         }
-        if txn == abandon_at {
+        // Odd instances abandon with their offsets already staged, even ones before.
+        if txn == abandon_at && abandon_at % 2 == 0 {
             let _ = producer.flush(Duration::from_secs(1));
             return Ok(Ended::Abandoned);
         }
         let group = consumer.group_metadata().expect("group metadata");
         producer.send_offsets_to_transaction(&next, &group, T)?;
+        if txn == abandon_at {
+            let _ = producer.flush(Duration::from_secs(1));
+            return Ok(Ended::Abandoned);
+        }
         producer.commit_transaction(T)?;
     }
     unreachable!()
@@ -302,8 +307,8 @@ async fn a_copier_killed_mid_stream_with_the_broker_copies_each_input_exactly_on
         tokio::task::spawn_blocking(move || {
             let (mut abandoned, mut failed) = (0, Vec::new());
             for instance in 0..100 {
-                // Instances abandon their 3rd, 5th, 2nd ... transaction; the later ones run to the end.
-                let abandon_at = if instance < 6 { [3, 5, 2][instance % 3] } else { usize::MAX };
+                // Instances abandon their 4th, 6th, 3rd, 8th ... transaction; the later ones run to the end.
+                let abandon_at = if instance < 6 { [3, 5, 2, 7][instance % 4] } else { usize::MAX };
                 match copier(&bootstrap, abandon_at) {
                     Ok(Ended::Done) => return (abandoned, failed),
                     Ok(Ended::Abandoned) => abandoned += 1,
