@@ -33,6 +33,22 @@ macro_rules! buggify {
     }};
 }
 
+/// True when the simulator armed this crash point and this is its visit (`sim::crash_point`):
+/// the caller parks, and the simulator crashes the host. Always false without the `sim` feature.
+#[macro_export]
+macro_rules! crash_point {
+    ($site:literal) => {{
+        #[cfg(feature = "sim")]
+        {
+            $crate::sim::crash_point($site)
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            false
+        }
+    }};
+}
+
 pub mod broker;
 pub mod config;
 pub mod env;

@@ -90,10 +90,8 @@ enum Command {
         coordinator_epoch: i32,
         reply: oneshot::Sender<CoreResult<AppendOutcome>>,
     },
-    Fence {
-        producer_id: i64,
-        producer_epoch: i16,
-    },
+    /// Producer id -> its current epoch, from the transaction coordinator.
+    Fence(Arc<BTreeMap<i64, i16>>),
     Read {
         offset: i64,
         max_bytes: usize,
@@ -182,9 +180,9 @@ impl PartitionHandle {
         rx
     }
 
-    /// Refuses the producer's batches of epochs below `producer_epoch` from now on.
-    pub async fn fence(&self, producer_id: i64, producer_epoch: i16) {
-        let _ = self.tx.send(Command::Fence { producer_id, producer_epoch }).await;
+    /// Refuses each producer's batches of epochs below the one given from now on.
+    pub async fn fence(&self, epochs: Arc<BTreeMap<i64, i16>>) {
+        let _ = self.tx.send(Command::Fence(epochs)).await;
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
@@ -246,6 +244,10 @@ struct PartitionActor<E: Env> {
     /// `markers_written` when the log was last reopened: older guards are not trusted, the
     /// markers they would be checked against may be forgotten.
     reopened_at: u64,
+    /// Transactions whose marker is written but not yet durable: (marker offset, first offset).
+    /// Until the high watermark passes the marker they are open to readers: a crash could take
+    /// the marker back.
+    unsynced_ends: Vec<(i64, i64)>,
     /// Bumped whenever any partition's high watermark moves: long-polling fetches wait on it.
     data_version: watch::Sender<u64>,
     max_message_bytes: usize,
@@ -276,6 +278,7 @@ pub async fn start<E: Env>(
         markers_written: 0,
         last_marker: BTreeMap::new(),
         reopened_at: 0,
+        unsynced_ends: Vec::new(),
         data_version,
         max_message_bytes: settings.max_message_bytes,
         producer_id_expiration_ms: settings.producer_id_expiration_ms,
@@ -301,6 +304,7 @@ impl<E: Env> PartitionActor<E> {
                     self.producers = producers;
                     self.log = Some(log);
                     self.reopened_at = self.markers_written;
+                    self.unsynced_ends.clear();
                     self.publish();
                 }
                 Err(e) => tracing::error!(dir = %self.dir, error = %e, "cannot open partition log"),
@@ -309,9 +313,11 @@ impl<E: Env> PartitionActor<E> {
         self.log.as_mut()
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
         let Some(log) = &self.log else { return };
-        let now = watermarks_of(log, &self.producers);
+        let high_watermark = log.high_watermark();
+        self.unsynced_ends.retain(|&(marker, _)| marker >= high_watermark);
+        let now = watermarks_of(log, &self.producers, &self.unsynced_ends);
         let before = *self.watermarks.borrow();
         assert!(now.high_watermark >= before.high_watermark, "the high watermark never moves back");
         assert!(
@@ -496,6 +502,9 @@ impl<E: Env> PartitionActor<E> {
                 let header = crate::log::batch::check(&batch).expect("a marker is a valid batch");
                 match log.append(&header, batch).await {
                     Ok(offset) => {
+                        if let Some(first_offset) = self.producers.ongoing_first_offset(producer_id) {
+                            self.unsynced_ends.push((offset, first_offset));
+                        }
                         self.producers.apply_marker(producer_id, producer_epoch, marker, offset);
                         self.markers_written += 1;
                         self.last_marker.insert(producer_id, self.markers_written);
@@ -508,15 +517,17 @@ impl<E: Env> PartitionActor<E> {
                     }
                 }
             }
-            Command::Fence { producer_id, producer_epoch } => {
+            Command::Fence(epochs) => {
                 if !crate::mutant!(SkipCrossPartitionFence) {
-                    self.producers.fence(producer_id, producer_epoch);
+                    for (&producer_id, &producer_epoch) in epochs.iter() {
+                        self.producers.fence(producer_id, producer_epoch);
+                    }
                 }
             }
             Command::Read { offset, max_bytes, isolation, reply } => {
                 // A short read still holds a whole batch: consumers must cope with any split.
                 let max_bytes = if crate::buggify!("partition.short_read") { 1 } else { max_bytes };
-                let watermarks = watermarks_of(log, &self.producers);
+                let watermarks = watermarks_of(log, &self.producers, &self.unsynced_ends);
                 let (upper, aborted) = match isolation {
                     Isolation::ReadUncommitted => (None, Vec::new()),
                     Isolation::ReadCommitted => {
@@ -603,9 +614,16 @@ fn verify(
     }
 }
 
-fn watermarks_of<V: crate::env::Volume>(log: &PartitionLog<V>, producers: &ProducerStates) -> Watermarks {
+/// The watermarks readers may be told. A transaction is stable only once its marker is
+/// durable: those in `unsynced_ends` still hold the last stable offset at their first offset.
+fn watermarks_of<V: crate::env::Volume>(
+    log: &PartitionLog<V>,
+    producers: &ProducerStates,
+    unsynced_ends: &[(i64, i64)],
+) -> Watermarks {
     let high_watermark = log.high_watermark();
-    let first_unstable = producers.first_unstable_offset().unwrap_or(i64::MAX);
+    let ending = unsynced_ends.iter().filter(|&&(marker, _)| marker >= high_watermark).map(|&(_, first)| first);
+    let first_unstable = producers.first_unstable_offset().into_iter().chain(ending).min().unwrap_or(i64::MAX);
     let last_stable_offset =
         if crate::mutant!(LsoNotClamped) { high_watermark } else { first_unstable.min(high_watermark) };
     Watermarks {
@@ -628,7 +646,7 @@ fn reply_unavailable(command: Command) {
         Command::DescribeProducers { reply } => drop(reply.send(Err(error()))),
         Command::MaxTimestamp { reply } => drop(reply.send(-1)),
         Command::Append { reply: None, .. }
-        | Command::Fence { .. }
+        | Command::Fence(_)
         | Command::SetConfig(_)
         | Command::EnforceRetention
         | Command::Stop { .. } => {}

@@ -48,7 +48,7 @@ pub enum Mutant {
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 9] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -58,6 +58,12 @@ impl Mutant {
         Mutant::DedupeWindowOfOne,
         Mutant::SnapshotWithoutTailScan,
         Mutant::PidBlockPersistedAfterUse,
+        Mutant::CompleteBeforeMarkersDurable,
+        Mutant::SkipCrossPartitionFence,
+        Mutant::PendingOffsetsInMemory,
+        Mutant::LsoNotClamped,
+        Mutant::ReaperWithoutEpochBump,
+        Mutant::NoPartitionVerification,
     ];
 
     pub fn name(self) -> &'static str {
@@ -140,6 +146,42 @@ pub fn buggify_enabled() -> Vec<&'static str> {
     BUGGIFY
         .with(|b| b.borrow().as_ref().map(|b| b.sites.iter().filter(|(_, on)| **on).map(|(s, _)| *s).collect()))
         .unwrap_or_default()
+}
+
+/// A crash point: the simulator crashes the broker when the `visit`th visit of `site` happens
+/// (`crash_point!`), so that every step of a protocol (say, of EndTxn) gets its crash.
+struct CrashPoint {
+    site: &'static str,
+    visits_left: u32,
+    requested: bool,
+}
+
+thread_local! {
+    static CRASH_POINT: RefCell<Option<CrashPoint>> = const { RefCell::new(None) };
+}
+
+/// Arms one crash point for simulations on this thread: `(site, visit)`, or none.
+pub fn set_crash_point(point: Option<(&'static str, u32)>) {
+    CRASH_POINT.with(|c| {
+        *c.borrow_mut() = point.map(|(site, visit)| CrashPoint { site, visits_left: visit.max(1), requested: false })
+    });
+}
+
+/// Whether this visit of `site` is the armed crash point: then the caller parks and the
+/// simulator crashes its host at the end of the step.
+pub fn crash_point(site: &'static str) -> bool {
+    CRASH_POINT.with(|c| {
+        let mut c = c.borrow_mut();
+        let Some(point) = c.as_mut().filter(|p| p.site == site && p.visits_left > 0) else { return false };
+        point.visits_left -= 1;
+        point.requested = point.visits_left == 0;
+        point.requested
+    })
+}
+
+/// True once after the armed crash point was reached: the simulator's cue to crash.
+pub fn take_crash_request() -> bool {
+    CRASH_POINT.with(|c| c.borrow_mut().as_mut().is_some_and(|p| std::mem::take(&mut p.requested)))
 }
 
 #[cfg(test)]

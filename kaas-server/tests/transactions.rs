@@ -255,7 +255,7 @@ fn copier(bootstrap: &str, abandon_at: usize) -> Result<Ended, KafkaError> {
             next.add_partition_offset("in", *p, Offset::Offset(offset + 1))?;
         }
         // Odd instances abandon with their offsets already staged, even ones before.
-        if txn == abandon_at && abandon_at % 2 == 0 {
+        if txn == abandon_at && abandon_at.is_multiple_of(2) {
             let _ = producer.flush(Duration::from_secs(1));
             return Ok(Ended::Abandoned);
         }
@@ -276,11 +276,8 @@ async fn a_copier_killed_mid_stream_with_the_broker_copies_each_input_exactly_on
     let bootstrap = kaas.bootstrap();
     create_topic(&bootstrap, "in", IN_PARTITIONS).await;
     create_topic(&bootstrap, "out", IN_PARTITIONS).await;
-    let input: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("enable.idempotence", "true")
-        .create()
-        .unwrap();
+    let input: ThreadedProducer<DefaultProducerContext> =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("enable.idempotence", "true").create().unwrap();
     for n in 0..INPUTS {
         let payload = format!("n{n:05}");
         send_plain(&input, (n % IN_PARTITIONS as usize) as i32, &payload);
@@ -321,7 +318,10 @@ async fn a_copier_killed_mid_stream_with_the_broker_copies_each_input_exactly_on
     let (abandoned, failed) = copied.await.unwrap();
     copying.store(false, std::sync::atomic::Ordering::SeqCst);
     let kills = killer.join().unwrap();
-    eprintln!("copier: {abandoned} instances abandoned, {} failed with the broker ({failed:?}), {kills} kills", failed.len());
+    eprintln!(
+        "copier: {abandoned} instances abandoned, {} failed with the broker ({failed:?}), {kills} kills",
+        failed.len()
+    );
     assert!(kills >= 2 && abandoned >= 3, "the copier ran through kills ({kills}) and abandonments ({abandoned})");
 
     let out = read_all(&bootstrap, "out", IN_PARTITIONS, "read_committed");

@@ -64,6 +64,16 @@ pub fn drive(
             }
         }
         let now_ms = sim.elapsed().as_millis() as u64;
+        if kaas_core::sim::take_crash_request() {
+            // A broker reached the armed crash point (`crash_point!`): crash the brokers now.
+            for &host in controls.keys() {
+                sim.crash(host);
+                volume.crash(host);
+                stopping.remove(host);
+                sim.bounce(host);
+            }
+            quiet_since = None;
+        }
         let done = progress();
         while let Some(i) = plan.iter().position(|p| match p.at {
             Trigger::Progress(n) => done >= n,

@@ -1,7 +1,7 @@
 //! The first proof that the seams are real: the production broker in a turmoil host serves a
 //! simulated wire client, survives a crash with torn writes, and a seed replays bit for bit.
 
-use kaas_sim::scenarios::{groups, idempotence, smoke};
+use kaas_sim::scenarios::{copier, groups, idempotence, smoke, transactions};
 
 #[test]
 fn smoke_seeds_pass() {
@@ -29,11 +29,25 @@ fn idempotence_seeds_pass() {
 }
 
 #[test]
+fn transaction_seeds_pass() {
+    for seed in 0..4 {
+        for result in [
+            transactions::run_crash(seed),
+            transactions::run_zombie(seed),
+            transactions::run_timeout(seed),
+            copier::run(seed),
+        ] {
+            assert!(result.pass, "seed {seed}: {:?}", result.violations);
+        }
+    }
+}
+
+#[test]
 fn every_scenario_is_listed_with_its_name_first() {
     let (ok, out) = kaas_sim(&["list"]);
     assert!(ok);
     let names: Vec<&str> = out.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    assert_eq!(names, vec!["smoke", "groups", "idempotence"]);
+    assert_eq!(names, vec!["smoke", "groups", "idempotence", "txn-crash", "txn-zombie", "txn-timeout", "txn-copier"]);
 }
 
 fn kaas_sim(args: &[&str]) -> (bool, String) {
@@ -61,5 +75,5 @@ fn a_seed_replays_to_the_same_trace() {
 fn every_mutant_is_caught() {
     let (ok, out) = kaas_sim(&["mutants", "--seeds", "0..2000"]);
     assert!(ok, "a mutant survived:\n{out}");
-    assert_eq!(out.lines().filter(|l| l.contains("caught_by_seed=")).count(), 9, "{out}");
+    assert_eq!(out.lines().filter(|l| l.contains("caught_by_seed=")).count(), 15, "{out}");
 }

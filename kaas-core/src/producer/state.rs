@@ -240,6 +240,11 @@ impl ProducerStates {
         }
     }
 
+    /// The first offset of the producer's transaction open in this partition, if any.
+    pub fn ongoing_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.producers.get(&producer_id)?.current_txn_first_offset
+    }
+
     /// The epoch of a producer whose transaction is open in this partition.
     pub fn ongoing_epoch(&self, producer_id: i64) -> Option<i16> {
         let entry = self.producers.get(&producer_id)?;

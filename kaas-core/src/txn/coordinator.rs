@@ -37,6 +37,15 @@ const RETRY_DISPATCH_MS: u64 = 500;
 /// yet; cluster mode will make this the slot's ownership epoch.
 const COORDINATOR_EPOCH: i32 = 0;
 
+/// A simulator crash point: parks the task until the simulator crashes the broker.
+async fn crash_here() {
+    std::future::pending::<()>().await
+}
+
+/// The steps of EndTxn at which the simulator crashes the broker (`kaas-sim`'s txn-crash).
+pub const CRASH_POINTS: [&str; 5] =
+    ["txn.before_prepare", "txn.after_prepare", "txn.between_markers", "txn.before_complete", "txn.after_complete"];
+
 /// What a transactional write must belong to, for `verify`.
 #[derive(Debug, Clone)]
 pub enum TxnMember {
@@ -212,6 +221,10 @@ pub async fn start<E: Env>(
     producer_ids: ProducerIdsHandle,
 ) -> CoreResult<TxnCoordinatorHandle> {
     let store = TxnStore::load(env.volume().clone()).await?;
+    // Fences live in memory: after a restart every partition learns every epoch again, before
+    // the broker serves anyone.
+    let epochs: BTreeMap<i64, i16> = store.iter().map(|e| (e.producer_id, e.producer_epoch)).collect();
+    fence_everywhere(&topics, Arc::new(epochs)).await;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let interval = Duration::from_millis(config.transaction_cleanup_interval_ms);
     let coordinator = TxnCoordinator {
@@ -409,7 +422,13 @@ impl<E: Env> TxnCoordinator<E> {
         match state::end_txn(entry, producer_id, producer_epoch, commit)? {
             EndOutcome::AlreadyComplete => Ok(false),
             EndOutcome::Prepared(prepared) => {
+                if crate::crash_point!("txn.before_prepare") {
+                    crash_here().await;
+                }
                 self.store.put(prepared.clone()).await?;
+                if crate::crash_point!("txn.after_prepare") {
+                    crash_here().await;
+                }
                 self.dispatch(prepared);
                 Ok(true)
             }
@@ -449,7 +468,11 @@ impl<E: Env> TxnCoordinator<E> {
             Ok(()) => match self.store.get(&id) {
                 Some(current) if *current == entry => {
                     let done = state::complete(current);
-                    self.store.put(done).await
+                    let put = self.store.put(done).await;
+                    if crate::crash_point!("txn.after_complete") {
+                        crash_here().await;
+                    }
+                    put
                 }
                 // Someone completed it meanwhile: nothing left to do.
                 _ => Ok(()),
@@ -472,11 +495,18 @@ impl<E: Env> TxnCoordinator<E> {
     /// Refuses the producer's older epochs on every partition now, whether or not its next
     /// transaction ever writes there.
     async fn fence(&self, producer_id: i64, producer_epoch: i16) {
-        let snapshot = self.topics.snapshot();
-        for topic in snapshot.topics.values() {
-            for partition in &topic.partitions {
-                partition.fence(producer_id, producer_epoch).await;
-            }
+        fence_everywhere(&self.topics, Arc::new(BTreeMap::from([(producer_id, producer_epoch)]))).await;
+    }
+}
+
+async fn fence_everywhere(topics: &TopicsHandle, epochs: Arc<BTreeMap<i64, i16>>) {
+    if epochs.is_empty() {
+        return;
+    }
+    let snapshot = topics.snapshot();
+    for topic in snapshot.topics.values() {
+        for partition in &topic.partitions {
+            partition.fence(epochs.clone()).await;
         }
     }
 }
@@ -496,12 +526,18 @@ async fn write_markers(topics: &TopicsHandle, groups: &GroupsHandle, entry: &Txn
         }
     }
     if !crate::mutant!(CompleteBeforeMarkersDurable) {
-        for written in pending {
+        for (i, written) in pending.into_iter().enumerate() {
             written.await.unwrap_or_else(|_| Err(CoreError::Storage("partition stopped".into())))?;
+            if i == 0 && entry.partitions.len() > 1 && crate::crash_point!("txn.between_markers") {
+                crash_here().await;
+            }
         }
     }
     for group_id in &entry.groups {
         groups.complete_txn(group_id.clone(), entry.producer_id, commit).await?;
+    }
+    if crate::crash_point!("txn.before_complete") {
+        crash_here().await;
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ pub mod commits;
 pub mod consumers;
 pub mod idempotence;
 pub mod log;
+pub mod transactions;
 
 use std::collections::{BTreeMap, BTreeSet};
 

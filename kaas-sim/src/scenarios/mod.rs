@@ -1,9 +1,11 @@
 //! Scenarios: a workload, its faults and its checks, each a pure function of a seed.
 
 mod common;
+pub mod copier;
 pub mod groups;
 pub mod idempotence;
 pub mod smoke;
+pub mod transactions;
 
 /// What one seed of one scenario came to.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -43,6 +45,26 @@ pub const ALL: &[Scenario] = &[
         name: "idempotence",
         about: "idempotent producers, five requests in flight, retrying through crashes: no batch written twice",
         run: idempotence::run,
+    },
+    Scenario {
+        name: "txn-crash",
+        about: "transactional producers and read_committed readers; the broker crashes at every step of EndTxn",
+        run: transactions::run_crash,
+    },
+    Scenario {
+        name: "txn-zombie",
+        about: "a second instance fences each transactional.id; the old one's late requests must not take effect",
+        run: transactions::run_zombie,
+    },
+    Scenario {
+        name: "txn-timeout",
+        about: "producers quiet past their transaction timeout, one gone: the reaper aborts and fences them",
+        run: transactions::run_timeout,
+    },
+    Scenario {
+        name: "txn-copier",
+        about: "consume-transform-produce copiers committing offsets in their transactions, crashing and coming back as zombies",
+        run: copier::run,
     },
 ];
 

@@ -16,6 +16,9 @@ use kafka_protocol::records::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use turmoil::net::TcpStream;
 
+mod txn;
+pub use txn::Fetched;
+
 /// A request without an answer by then is indefinite: the connection is given up.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -178,7 +181,7 @@ impl WireClient {
         acks: i16,
     ) -> Outcome<i64> {
         let no_producer = ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
-        let Ok(request) = produce_request(topic, partition, values, timestamp_ms, no_producer, acks) else {
+        let Ok(request) = produce_request(topic, partition, values, timestamp_ms, no_producer, acks, None) else {
             return Outcome::Failed(-1);
         };
         if acks == 0 {
@@ -459,7 +462,7 @@ impl WireClient {
         timestamp_ms: i64,
         stamp: ProducerStamp,
     ) -> io::Result<()> {
-        let request = produce_request(topic, partition, values, timestamp_ms, stamp, -1)?;
+        let request = produce_request(topic, partition, values, timestamp_ms, stamp, -1, None)?;
         let sent = self.send_only(ApiKey::Produce, 9, &request).await;
         self.in_flight.push_back(self.correlation_id);
         sent
@@ -496,7 +499,8 @@ impl WireClient {
 }
 
 /// A Produce request of one uncompressed batch of `values`, stamped by `stamp` (producer id -1
-/// for a plain producer, whose records carry no sequence).
+/// for a plain producer, whose records carry no sequence); transactional when a transactional
+/// id is given.
 fn produce_request(
     topic: &str,
     partition: i32,
@@ -504,13 +508,14 @@ fn produce_request(
     timestamp_ms: i64,
     stamp: ProducerStamp,
     acks: i16,
+    transactional_id: Option<&str>,
 ) -> io::Result<ProduceRequest> {
     let sequenced = stamp.producer_id >= 0;
     let records: Vec<Record> = values
         .iter()
         .enumerate()
         .map(|(i, v)| Record {
-            transactional: false,
+            transactional: transactional_id.is_some(),
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
@@ -528,7 +533,8 @@ fn produce_request(
     let mut batch = BytesMut::new();
     let options = RecordEncodeOptions { version: 2, compression: Compression::None };
     RecordBatchEncoder::encode(&mut batch, records.iter(), &options).map_err(io::Error::other)?;
-    Ok(ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![
+    let request = ProduceRequest::default().with_transactional_id(transactional_id.map(|t| TransactionalId(text(t))));
+    Ok(request.with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![
         TopicProduceData::default().with_name(TopicName(text(topic))).with_partition_data(vec![
             PartitionProduceData::default().with_index(partition).with_records(Some(batch.freeze())),
         ]),
