@@ -591,6 +591,12 @@ impl<E: Env> PartitionActor<E> {
     }
 }
 
+/// Whether transactional batches must be verified with the coordinator (KIP-890 part 1):
+/// always, but for the simulation mutant that turns verification off.
+pub fn verification_required() -> bool {
+    !crate::mutant!(NoPartitionVerification)
+}
+
 /// May a transactional batch be appended? Yes if its producer's transaction is already open
 /// here at its epoch; otherwise only with a guard from a verification after which no marker for
 /// the producer was written.
@@ -602,7 +608,7 @@ fn verify(
     verified: Option<u64>,
 ) -> CoreResult<()> {
     let producer_id = header.producer_id;
-    if producers.ongoing_epoch(producer_id) == Some(header.producer_epoch) || crate::mutant!(NoPartitionVerification) {
+    if producers.ongoing_epoch(producer_id) == Some(header.producer_epoch) || !verification_required() {
         return Ok(());
     }
     match verified {
