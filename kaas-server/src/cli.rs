@@ -8,6 +8,8 @@ kaas: a Kafka-compatible broker whose brokers share one volume
 
 USAGE:
     kaas serve [OPTIONS]
+    kaas transactions --bootstrap HOST:PORT list | abort (--transactional-id ID | --topic T --partition P
+                      --producer-id N --producer-epoch E)
 
 OPTIONS:
     --data-dir DIR         where partitions, topics and offsets live [default: ./kaas-data]
@@ -22,7 +24,9 @@ OPTIONS:
 Settings use Apache Kafka's names: num.partitions, auto.create.topics.enable,
 log.segment.bytes, log.retention.ms, log.retention.bytes, log.retention.check.interval.ms,
 message.max.bytes, socket.request.max.bytes, group.initial.rebalance.delay.ms,
-group.min.session.timeout.ms, group.max.session.timeout.ms, delete.topic.enable.
+group.min.session.timeout.ms, group.max.session.timeout.ms, delete.topic.enable,
+producer.id.expiration.ms, transaction.max.timeout.ms,
+transaction.abort.timed.out.transaction.cleanup.interval.ms.
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.
 ";
 
@@ -51,6 +55,7 @@ impl Default for ServeArgs {
 
 pub enum Command {
     Serve(ServeArgs),
+    Transactions(crate::transactions::Args),
     Help,
 }
 
@@ -59,6 +64,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     match it.next().map(String::as_str) {
         None | Some("-h") | Some("--help") | Some("help") => return Ok(Command::Help),
         Some("serve") => {}
+        Some("transactions") => return crate::transactions::parse(&args[1..]).map(Command::Transactions),
         Some(other) => return Err(format!("unknown command {other:?}")),
     }
     let mut out = ServeArgs::default();

@@ -2,6 +2,7 @@
 //! then stops accepting, closes connections and syncs every partition before exiting.
 
 mod cli;
+mod transactions;
 
 use kaas_core::Broker;
 use kaas_core::env::real::RealEnv;
@@ -24,6 +25,14 @@ fn main() {
             return;
         }
         cli::Command::Serve(serve) => serve,
+        cli::Command::Transactions(args) => {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+            if let Err(e) = runtime.block_on(transactions::run(args)) {
+                eprintln!("kaas transactions: {e}");
+                std::process::exit(1);
+            }
+            return;
+        }
     };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))

@@ -336,3 +336,40 @@ async fn a_copier_killed_mid_stream_with_the_broker_copies_each_input_exactly_on
 fn send_plain(producer: &ThreadedProducer<DefaultProducerContext>, partition: i32, payload: &str) {
     producer.send(BaseRecord::<(), _>::to("in").partition(partition).payload(payload)).expect("queue");
 }
+
+fn kaas_transactions(bootstrap: &str, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kaas"))
+        .args(["transactions", "--bootstrap", bootstrap])
+        .args(args)
+        .output()
+        .expect("run kaas transactions");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_lists_a_hanging_transaction_and_aborts_it() {
+    let kaas = Kaas::start("txn-operator", &[]);
+    let bootstrap = kaas.bootstrap();
+    create_topic(&bootstrap, "out", 1).await;
+    let hanging = transactional_producer(&bootstrap, "stuck", &[("transaction.timeout.ms", "900000")]);
+    hanging.begin_transaction().unwrap();
+    send(&hanging, "out", 0, "never");
+    hanging.flush(T).unwrap();
+
+    let (ok, listed) = kaas_transactions(&bootstrap, &["list"]);
+    assert!(ok, "{listed}");
+    let row = listed.lines().find(|l| l.starts_with("stuck")).unwrap_or_else(|| panic!("{listed}"));
+    assert!(row.contains("Ongoing") && row.ends_with("out-0"), "{row}");
+
+    let (ok, aborted) = kaas_transactions(&bootstrap, &["abort", "--transactional-id", "stuck"]);
+    assert!(ok && aborted.contains("aborted"), "{aborted}");
+    let (_, listed) = kaas_transactions(&bootstrap, &["list"]);
+    // Aborted, then ready for a new instance under a newer epoch, as a rejoin leaves it.
+    assert!(listed.lines().any(|l| l.starts_with("stuck") && l.contains(" 2 Empty")), "{listed}");
+    assert!(hanging.commit_transaction(T).is_err(), "the stuck producer is fenced");
+    let read = read_all(&bootstrap, "out", 1, "read_committed");
+    assert!(flat(&read).is_empty(), "the aborted record is never read: {read:?}");
+
+    let (ok, unknown) = kaas_transactions(&bootstrap, &["abort", "--transactional-id", "nobody"]);
+    assert!(!ok && unknown.contains("TransactionalIdNotFound"), "{unknown}");
+}
