@@ -354,6 +354,40 @@ pub(crate) mod tests {
         assert_eq!(last_sequence(i32::MAX, 2), 1);
     }
 
+    fn transactional(producer_id: i64, producer_epoch: i16, base_sequence: i32, records: i32) -> BatchHeader {
+        BatchHeader { attributes: 0x10, ..batch(producer_id, producer_epoch, base_sequence, records) }
+    }
+
+    #[test]
+    fn transactions_hold_the_first_unstable_offset_until_their_marker() {
+        let mut states = ProducerStates::default();
+        states.apply(&transactional(1, 0, 0, 2), 10);
+        states.apply(&transactional(2, 0, 0, 1), 12);
+        states.apply(&transactional(1, 0, 2, 1), 13);
+        assert_eq!(states.first_unstable_offset(), Some(10));
+        assert_eq!((states.ongoing_epoch(1), states.ongoing_first_offset(2)), (Some(0), Some(12)));
+        states.apply_marker(1, 0, Marker::Abort, 14);
+        assert_eq!(states.first_unstable_offset(), Some(12), "the oldest open transaction now");
+        assert_eq!(
+            states.aborted_between(0, 100),
+            vec![AbortedTxn { producer_id: 1, first_offset: 10, last_offset: 14 }]
+        );
+        assert!(states.aborted_between(15, 100).is_empty() && states.aborted_between(0, 10).is_empty());
+        states.apply_marker(2, 0, Marker::Commit, 15);
+        assert_eq!(states.first_unstable_offset(), None);
+        assert_eq!(states.aborted_between(0, 100).len(), 1, "a commit is not indexed");
+        // A marker of a newer epoch (the coordinator fenced the producer) moves it there.
+        assert_eq!(states.check_marker(2, 0), MarkerVerdict::Append);
+        states.apply_marker(2, 3, Marker::Abort, 16);
+        assert_eq!(states.check(&transactional(2, 0, 1, 1)), Verdict::InvalidProducerEpoch);
+        assert_eq!(states.check_marker(2, 2), MarkerVerdict::InvalidProducerEpoch);
+        // The fence bumps a producer with no open transaction, and only upwards.
+        assert!(states.fence(1, 4) && !states.fence(1, 2) && !states.fence(99, 1));
+        assert_eq!(states.check(&batch(1, 3, 3, 1)), Verdict::InvalidProducerEpoch);
+        states.truncate_head(15);
+        assert!(states.aborted_between(0, 100).is_empty(), "retention forgets aborted transactions");
+    }
+
     #[test]
     fn idle_producers_expire_and_deleted_ones_are_forgotten() {
         let mut states = ProducerStates::default();

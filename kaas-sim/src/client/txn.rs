@@ -15,7 +15,7 @@ use kafka_protocol::messages::txn_offset_commit_request::{
 use kafka_protocol::messages::*;
 use kafka_protocol::records::RecordBatchDecoder;
 
-use super::{Outcome, ProducerStamp, WireClient, produce_request, text};
+use super::{Member, Outcome, ProducerStamp, WireClient, produce_request, text};
 
 /// What a read_committed fetch served: the committed records as (offset, value), the offset to
 /// fetch next (past control records and aborted ones too), and the watermarks.
@@ -99,13 +99,26 @@ impl WireClient {
         }
     }
 
-    /// TxnOffsetCommit (v3) of one partition's offset, without group membership (generation
-    /// -1, as a consumer with assigned partitions sends it).
+    /// TxnOffsetCommit (v3) of partitions' offsets, without group membership (generation -1,
+    /// as a consumer with assigned partitions sends it).
     pub async fn txn_offset_commit(
+        &mut self,
+        transactional_id: &str,
+        ids: (i64, i16),
+        group: &str,
+        topic: &str,
+        offsets: &[(i32, i64)],
+    ) -> Outcome<()> {
+        self.txn_offset_commit_as(transactional_id, ids, group, &Member::default(), topic, offsets).await
+    }
+
+    /// TxnOffsetCommit (v3) as `member` of the group (KIP-447's group metadata).
+    pub async fn txn_offset_commit_as(
         &mut self,
         transactional_id: &str,
         (producer_id, producer_epoch): (i64, i16),
         group: &str,
+        member: &Member,
         topic: &str,
         offsets: &[(i32, i64)],
     ) -> Outcome<()> {
@@ -118,8 +131,8 @@ impl WireClient {
             .with_group_id(GroupId(text(group)))
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(producer_epoch)
-            .with_generation_id(-1)
-            .with_member_id(text(""))
+            .with_generation_id(member.generation)
+            .with_member_id(text(&member.member_id))
             .with_topics(vec![
                 TxnOffsetCommitRequestTopic::default().with_name(TopicName(text(topic))).with_partitions(partitions),
             ]);

@@ -1,0 +1,121 @@
+//! The transaction APIs' error contract over the wire, against the production broker in a
+//! turmoil host: each wrong request gets the Kafka error Apache gives (with the departures
+//! DESIGN.md asks for: INVALID_TXN_STATE for invalid transitions, KIP-360 validation, the
+//! timeout ceiling, KIP-447 fencing of TxnOffsetCommit), and the right ones take effect.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use kaas_core::BrokerConfig;
+use kaas_sim::client::{Member, Outcome, ProducerStamp, WireClient};
+use kaas_sim::hosts::{self, BROKER_PORT};
+use kaas_sim::volume::SimVolume;
+
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_TXN_STATE: i16 = 48;
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const ILLEGAL_GENERATION: i16 = 22;
+const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+const PRODUCER_FENCED: i16 = 90;
+
+async fn connect() -> WireClient {
+    loop {
+        if let Ok(c) = WireClient::connect("broker", BROKER_PORT).await {
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn scenario() -> turmoil::Result {
+    let mut c = connect().await;
+    assert_eq!(c.create_topic("t", 2).await?, 0);
+    assert_eq!(c.create_topic("in", 1).await?, 0);
+
+    // The timeout ceiling (transaction.max.timeout.ms, 900000).
+    assert_eq!(c.init_txn_producer("a", 900_001, None).await, Outcome::Failed(INVALID_TRANSACTION_TIMEOUT));
+    let Outcome::Ok(ids) = c.init_txn_producer("a", 60_000, None).await else { panic!("init") };
+    assert_eq!(ids.1, 0, "a first InitProducerId gets epoch 0");
+
+    // Invalid transitions are INVALID_TXN_STATE (48), not the reference's 50.
+    assert_eq!(c.end_txn("a", ids, true).await, Outcome::Failed(INVALID_TXN_STATE), "EndTxn with nothing begun");
+    assert_eq!(
+        c.add_partitions_to_txn("a", (ids.0 + 1, 0), "t", &[0]).await,
+        Outcome::Failed(INVALID_PRODUCER_ID_MAPPING)
+    );
+    assert_eq!(c.add_partitions_to_txn("a", (ids.0, 1), "t", &[0]).await, Outcome::Failed(PRODUCER_FENCED));
+
+    // KIP-890: a transactional batch for a partition not in the transaction is refused.
+    let stamp = ProducerStamp { producer_id: ids.0, producer_epoch: ids.1, base_sequence: 0 };
+    let v = [Bytes::from_static(b"v")];
+    assert_eq!(c.produce_txn("a", "t", 1, &v, 0, stamp).await, Outcome::Failed(INVALID_TXN_STATE));
+    assert_eq!(c.add_partitions_to_txn("a", ids, "t", &[0]).await, Outcome::Ok(()));
+    assert!(matches!(c.produce_txn("a", "t", 0, &v, 0, stamp).await, Outcome::Ok(0)));
+
+    // KIP-447: offsets only for a group added to the transaction, from a current member.
+    assert_eq!(c.txn_offset_commit("a", ids, "g", "in", &[(0, 5)]).await, Outcome::Failed(INVALID_TXN_STATE));
+    assert_eq!(c.add_offsets_to_txn("a", ids, "g").await, Outcome::Ok(()));
+    let stranger = Member { member_id: "nobody".into(), generation: -1 };
+    assert_eq!(
+        c.txn_offset_commit_as("a", ids, "g", &stranger, "in", &[(0, 5)]).await,
+        Outcome::Failed(UNKNOWN_MEMBER_ID)
+    );
+    let stale = Member { member_id: String::new(), generation: 3 };
+    assert_eq!(
+        c.txn_offset_commit_as("a", ids, "g", &stale, "in", &[(0, 5)]).await,
+        Outcome::Failed(ILLEGAL_GENERATION)
+    );
+    assert_eq!(c.txn_offset_commit("a", (ids.0, 7), "g", "in", &[(0, 5)]).await, Outcome::Failed(PRODUCER_FENCED));
+    assert_eq!(c.txn_offset_commit("a", ids, "g", "in", &[(0, 5)]).await, Outcome::Ok(()));
+    // Staged, not visible: require_stable answers UNSTABLE_OFFSET_COMMIT, a plain fetch -1.
+    assert_eq!(c.committed_offsets_stable("g", "in", &[0]).await, Outcome::Failed(UNSTABLE_OFFSET_COMMIT));
+    assert_eq!(c.committed_offset("g", "in", 0).await, Outcome::Ok(-1));
+
+    // Two-phase EndTxn: a direction mismatch after completion is INVALID_TXN_STATE, a retry
+    // of the same one is answered as done.
+    assert_eq!(c.end_txn("a", ids, true).await, Outcome::Ok(()));
+    assert_eq!(c.end_txn("a", ids, true).await, Outcome::Ok(()), "an idempotent retry");
+    assert_eq!(c.end_txn("a", ids, false).await, Outcome::Failed(INVALID_TXN_STATE));
+    assert_eq!(c.committed_offsets_stable("g", "in", &[0]).await, Outcome::Ok(vec![5]), "committed with the markers");
+    let Outcome::Ok(read) = c.fetch_committed("t", 0, 0, 0).await else { panic!("fetch") };
+    assert_eq!((read.records.len(), read.last_stable_offset, read.high_watermark), (1, 2, 2), "record + marker");
+
+    // KIP-360: the current producer bumps its own epoch; a retry gets the same answer; an older
+    // epoch is fenced, as is a batch of the old epoch anywhere.
+    let Outcome::Ok(bumped) = c.init_txn_producer("a", 60_000, Some(ids)).await else { panic!("bump") };
+    assert_eq!(bumped, (ids.0, 1));
+    assert_eq!(c.init_txn_producer("a", 60_000, Some(ids)).await, Outcome::Ok(bumped), "a retried bump");
+    assert_eq!(c.init_txn_producer("a", 60_000, Some((ids.0, 0))).await, Outcome::Ok(bumped));
+    let Outcome::Ok(next) = c.init_txn_producer("a", 60_000, Some(bumped)).await else { panic!("bump") };
+    assert_eq!(c.init_txn_producer("a", 60_000, Some(bumped)).await, Outcome::Ok(next));
+    assert_eq!(c.init_txn_producer("a", 60_000, Some(ids)).await, Outcome::Failed(PRODUCER_FENCED), "two behind");
+    let old = ProducerStamp { producer_id: ids.0, producer_epoch: 0, base_sequence: 1 };
+    assert_eq!(c.produce_txn("a", "t", 0, &v, 0, old).await, Outcome::Failed(INVALID_PRODUCER_EPOCH));
+
+    // A rejoin during a transaction aborts it first: CONCURRENT_TRANSACTIONS until then.
+    assert_eq!(c.add_partitions_to_txn("a", next, "t", &[1]).await, Outcome::Ok(()));
+    let first = ProducerStamp { producer_id: next.0, producer_epoch: next.1, base_sequence: 0 };
+    assert!(matches!(c.produce_txn("a", "t", 1, &v, 0, first).await, Outcome::Ok(_)));
+    let rejoined = loop {
+        match c.init_txn_producer("a", 60_000, None).await {
+            Outcome::Ok(ids) => break ids,
+            Outcome::Failed(51) => tokio::time::sleep(Duration::from_millis(10)).await,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(rejoined.1 > next.1 + 1, "the abort's bump and the rejoin's");
+    let Outcome::Ok(read) = c.fetch_committed("t", 1, 0, 0).await else { panic!("fetch") };
+    assert!(read.records.is_empty() && read.last_stable_offset == read.high_watermark, "{read:?}");
+    assert_eq!(c.end_txn("a", next, true).await, Outcome::Failed(PRODUCER_FENCED));
+    Ok(())
+}
+
+#[test]
+fn transaction_apis_answer_apache_errors() {
+    let mut sim = turmoil::Builder::new().simulation_duration(Duration::from_secs(60)).build();
+    hosts::add_broker(&mut sim, "broker", SimVolume::default(), 1, 0, BrokerConfig::default());
+    sim.client("client", scenario());
+    sim.run().unwrap();
+}
