@@ -109,6 +109,48 @@ async fn scenario() -> turmoil::Result {
     let Outcome::Ok(read) = c.fetch_committed("t", 1, 0, 0).await else { panic!("fetch") };
     assert!(read.records.is_empty() && read.last_stable_offset == read.high_watermark, "{read:?}");
     assert_eq!(c.end_txn("a", next, true).await, Outcome::Failed(PRODUCER_FENCED));
+    verify_only_v4(&mut c, rejoined).await?;
+    Ok(())
+}
+
+/// AddPartitionsToTxn v4, the batched form brokers use for KIP-890 verification: verify_only
+/// checks without adding; one answer per transaction and partition.
+async fn verify_only_v4(c: &mut WireClient, ids: (i64, i16)) -> turmoil::Result {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let topic = |partitions: Vec<i32>| {
+        AddPartitionsToTxnTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(partitions)
+    };
+    let transaction = |verify_only: bool, partitions: Vec<i32>| {
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_static_str("a")))
+            .with_producer_id(ProducerId(ids.0))
+            .with_producer_epoch(ids.1)
+            .with_verify_only(verify_only)
+            .with_topics(vec![topic(partitions)])
+    };
+    let codes = |r: &AddPartitionsToTxnResponse| -> Vec<i16> {
+        r.results_by_transaction
+            .iter()
+            .flat_map(|t| &t.topic_results)
+            .flat_map(|t| &t.results_by_partition)
+            .map(|p| p.partition_error_code)
+            .collect()
+    };
+    let request = AddPartitionsToTxnRequest::default().with_transactions(vec![transaction(true, vec![0])]);
+    let r: AddPartitionsToTxnResponse = c.call(ApiKey::AddPartitionsToTxn, 4, &request).await?;
+    assert_eq!(codes(&r), vec![INVALID_TXN_STATE], "nothing open: verification fails, and adds nothing");
+    let request = AddPartitionsToTxnRequest::default().with_transactions(vec![transaction(false, vec![0, 1])]);
+    let r: AddPartitionsToTxnResponse = c.call(ApiKey::AddPartitionsToTxn, 5, &request).await?;
+    assert_eq!(codes(&r), vec![0, 0]);
+    let request = AddPartitionsToTxnRequest::default().with_transactions(vec![transaction(true, vec![1])]);
+    let r: AddPartitionsToTxnResponse = c.call(ApiKey::AddPartitionsToTxn, 4, &request).await?;
+    assert_eq!(codes(&r), vec![0], "now part of the open transaction");
     Ok(())
 }
 
