@@ -167,15 +167,6 @@ impl<V: Volume> OffsetStore<V> {
         self.groups.get(group_id).is_some_and(|g| g.pending.values().any(|staged| staged.contains_key(tp)))
     }
 
-    /// Every (group, producer id) with staged offsets.
-    pub fn pending_producers(&self) -> Vec<(String, i64)> {
-        let mut all = Vec::new();
-        for (group_id, g) in &self.groups {
-            all.extend(g.pending.keys().map(|pid| (group_id.clone(), *pid)));
-        }
-        all
-    }
-
     async fn persist(&self, group_id: &str, offsets: &GroupOffsets) -> CoreResult<()> {
         let entry = |(topic, partition): &TopicPartition, c: &CommittedOffset| OffsetEntry {
             topic: topic.clone(),
