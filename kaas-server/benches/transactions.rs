@@ -1,7 +1,8 @@
-//! Transaction benchmark with librdkafka: one transactional producer, 10 records of 100 B per
-//! transaction over 3 partitions, committed one after another against a release kaas on a
-//! scratch data dir. Prints committed transactions per second and the latency of the commit
-//! itself (EndTxn: prepare, markers durable in every partition, complete), p50 and p99.
+//! Transaction benchmark with librdkafka: transactional producers (one, then eight at once),
+//! 10 records of 100 B per transaction over 3 partitions, each committed before the next
+//! begins, against a release kaas on a scratch data dir. Prints committed transactions per
+//! second, and the latency of the commit itself (EndTxn: prepare, markers durable in every
+//! partition, complete) and of the produce before it, p50 and p99.
 //!
 //! `cargo bench -p kaas-server --bench transactions` (KAAS_BENCH_TXNS to change the count,
 //! KAAS_BENCH_DIR to choose the disk).
@@ -39,6 +40,40 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// `txns` transactions of one producer: the latency of each commit, and of each transaction's
+/// produce (AddPartitionsToTxn and the records, until acked).
+fn transact(bootstrap: &str, transactional_id: &str, txns: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap).set("transactional.id", transactional_id).set("linger.ms", "0");
+    if let Ok(debug) = std::env::var("KAAS_BENCH_DEBUG") {
+        config.set("debug", &debug).set_log_level(RDKafkaLogLevel::Debug);
+    }
+    let producer: BaseProducer<Context> = config.create_with_context(Context(Instant::now())).expect("producer");
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).unwrap();
+    let payload = vec![b'v'; 100];
+    let mut commits = Vec::with_capacity(txns);
+    let mut flushes = Vec::with_capacity(txns);
+    for _ in 0..txns {
+        producer.begin_transaction().unwrap();
+        for r in 0..RECORDS_PER_TXN {
+            let record = BaseRecord::<(), _>::to("bench-txn").partition(r as i32 % PARTITIONS).payload(&payload);
+            producer.send(record).map_err(|(e, _)| e).unwrap();
+        }
+        let flushing = Instant::now();
+        // Served delivery reports, polled tightly: the client crate's flush() sleeps in 100 ms
+        // steps, which would measure the harness, not the broker.
+        while producer.in_flight_count() > 0 {
+            producer.poll(Duration::from_millis(1));
+        }
+        flushes.push(flushing.elapsed());
+        let committing = Instant::now();
+        producer.commit_transaction(timeout).unwrap();
+        commits.push(committing.elapsed());
+    }
+    (commits, flushes)
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         println!("transactions: bench");
@@ -68,53 +103,42 @@ fn main() {
         let topic = NewTopic::new("bench-txn", PARTITIONS, TopicReplication::Fixed(1));
         admin.create_topics([&topic], &AdminOptions::new()).await.unwrap();
     });
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &bootstrap).set("transactional.id", "bench").set("linger.ms", "0");
-    if let Ok(debug) = std::env::var("KAAS_BENCH_DEBUG") {
-        config.set("debug", &debug).set_log_level(RDKafkaLogLevel::Debug);
-    }
-    let producer: BaseProducer<Context> = config.create_with_context(Context(Instant::now())).expect("producer");
-    let timeout = Duration::from_secs(30);
-    producer.init_transactions(timeout).unwrap();
-    let payload = vec![b'v'; 100];
-    let mut commits = Vec::with_capacity(txns);
-    let mut flushes = Vec::with_capacity(txns);
-    let started = Instant::now();
-    for _ in 0..txns {
-        producer.begin_transaction().unwrap();
-        for r in 0..RECORDS_PER_TXN {
-            let record = BaseRecord::<(), _>::to("bench-txn").partition(r as i32 % PARTITIONS).payload(&payload);
-            producer.send(record).map_err(|(e, _)| e).unwrap();
+    // One producer, then eight at once (each its own transactional.id): what one client gets,
+    // and what the coordinator serves in all.
+    for producers in [1usize, 8] {
+        let started = Instant::now();
+        let threads: Vec<_> = (0..producers)
+            .map(|i| {
+                let bootstrap = bootstrap.clone();
+                std::thread::spawn(move || transact(&bootstrap, &format!("bench-{i}"), txns / producers))
+            })
+            .collect();
+        let (mut commits, mut flushes) = (Vec::new(), Vec::new());
+        for t in threads {
+            let (c, f) = t.join().expect("producer thread");
+            commits.extend(c);
+            flushes.extend(f);
         }
-        let flushing = Instant::now();
-        // Served delivery reports, polled tightly: the client crate's flush() sleeps in 100 ms
-        // steps, which would measure the harness, not the broker.
-        while producer.in_flight_count() > 0 {
-            producer.poll(Duration::from_millis(1));
-        }
-        flushes.push(flushing.elapsed());
-        let committing = Instant::now();
-        producer.commit_transaction(timeout).unwrap();
-        commits.push(committing.elapsed());
+        let secs = started.elapsed().as_secs_f64();
+        commits.sort();
+        flushes.sort();
+        println!(
+            "transactions: {} of {RECORDS_PER_TXN} records over {PARTITIONS} partitions, {producers} producer(s): \
+             {:.0} committed/s",
+            commits.len(),
+            commits.len() as f64 / secs
+        );
+        println!(
+            "  commit (EndTxn) latency p50 {:.2} ms   p99 {:.2} ms",
+            percentile(&commits, 0.5).as_secs_f64() * 1e3,
+            percentile(&commits, 0.99).as_secs_f64() * 1e3
+        );
+        println!(
+            "  produce (AddPartitionsToTxn and the records) p50 {:.2} ms   p99 {:.2} ms",
+            percentile(&flushes, 0.5).as_secs_f64() * 1e3,
+            percentile(&flushes, 0.99).as_secs_f64() * 1e3
+        );
     }
-    let secs = started.elapsed().as_secs_f64();
-    commits.sort();
-    flushes.sort();
-    println!(
-        "transactions: {txns} of {RECORDS_PER_TXN} records over {PARTITIONS} partitions, one producer: {:.0} committed/s",
-        txns as f64 / secs
-    );
-    println!(
-        "  commit (EndTxn) latency p50 {:.2} ms   p99 {:.2} ms",
-        percentile(&commits, 0.5).as_secs_f64() * 1e3,
-        percentile(&commits, 0.99).as_secs_f64() * 1e3
-    );
-    println!(
-        "  produce (AddPartitionsToTxn and the records) p50 {:.2} ms   p99 {:.2} ms",
-        percentile(&flushes, 0.5).as_secs_f64() * 1e3,
-        percentile(&flushes, 0.99).as_secs_f64() * 1e3
-    );
-    drop(producer);
     let _ = kaas.kill();
     let _ = kaas.wait();
     let _ = std::fs::remove_dir_all(&dir);
