@@ -244,39 +244,118 @@ pub async fn start<E: Env>(
     Ok(TxnCoordinatorHandle { tx })
 }
 
+/// What a command leads to once the mutations of its group are durable (or failed to be).
+enum After {
+    Init(oneshot::Sender<CoreResult<(i64, i16)>>, CoreResult<(i64, i16)>),
+    Reply(oneshot::Sender<CoreResult<()>>, CoreResult<()>),
+    Fence(i64, i16),
+    Dispatch(TxnEntry),
+    /// An EndTxn whose transaction is prepared: answered when it completes.
+    Park(String, oneshot::Sender<CoreResult<()>>),
+    /// The transaction completed: answer its parked EndTxns.
+    Completed(String),
+}
+
+/// Commands handled between two flushes at most.
+const GROUP_COMMIT_MAX: usize = 256;
+
 impl<E: Env> TxnCoordinator<E> {
+    /// Group commit, as the partition actor does: every queued command is handled (its
+    /// transition staged), the changed slot files are written once, and only then are the
+    /// answers sent and the markers dispatched.
     async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
         loop {
             let deadline = self.retry_at.map_or(self.next_reap, |r| r.min(self.next_reap));
+            let mut after = Vec::new();
             let command = tokio::select! {
                 biased;
                 command = rx.recv() => command,
                 _ = tokio::time::sleep_until(deadline) => {
-                    self.tick().await;
+                    self.tick(&mut after).await;
+                    self.commit(after).await;
                     continue;
                 }
             };
             let Some(command) = command else { return };
-            self.handle(command).await;
+            self.handle(command, &mut after).await;
+            let mut handled = 1;
+            while handled < GROUP_COMMIT_MAX
+                && let Ok(command) = rx.try_recv()
+            {
+                self.handle(command, &mut after).await;
+                handled += 1;
+            }
+            self.commit(after).await;
         }
+    }
+
+    /// Makes the staged transitions durable, then carries out what they lead to.
+    async fn commit(&mut self, after: Vec<After>) {
+        let preparing = after.iter().any(|a| matches!(a, After::Park(..)));
+        let completing = after.iter().any(|a| matches!(a, After::Completed(_)));
+        if preparing && crate::crash_point!("txn.before_prepare") {
+            crash_here().await;
+        }
+        let flushed = self.store.flush(self.env.spawner()).await;
+        if flushed.is_ok() && preparing && crate::crash_point!("txn.after_prepare") {
+            crash_here().await;
+        }
+        if flushed.is_ok() && completing && crate::crash_point!("txn.after_complete") {
+            crash_here().await;
+        }
+        if let Err(e) = &flushed {
+            tracing::warn!(error = %e, "cannot persist transaction state; the requests are answered as retriable");
+            self.retry_soon();
+        }
+        let failed = |result: CoreResult<()>| match (&flushed, result) {
+            (Err(_), Ok(())) => Err(CoreError::CoordinatorNotAvailable),
+            (_, result) => result,
+        };
+        for action in after {
+            match action {
+                After::Init(reply, result) => {
+                    let result = match (&flushed, result) {
+                        (Err(_), Ok(_)) => Err(CoreError::CoordinatorNotAvailable),
+                        (_, result) => result,
+                    };
+                    let _ = reply.send(result);
+                }
+                After::Reply(reply, result) => drop(reply.send(failed(result))),
+                After::Fence(..) | After::Dispatch(_) if flushed.is_err() => {}
+                After::Fence(producer_id, producer_epoch) => self.fence(producer_id, producer_epoch).await,
+                After::Dispatch(entry) => self.dispatch(entry),
+                After::Park(id, reply) if flushed.is_ok() => self.waiting.entry(id).or_default().push(reply),
+                After::Park(_, reply) => drop(reply.send(Err(CoreError::CoordinatorNotAvailable))),
+                After::Completed(id) => {
+                    for reply in self.waiting.remove(&id).unwrap_or_default() {
+                        // A retriable answer if the completion is not durable: the client
+                        // retries EndTxn and the reconcile finishes the transaction.
+                        let _ = reply.send(failed(Ok(())));
+                    }
+                }
+            }
+        }
+    }
+
+    fn retry_soon(&mut self) {
+        let retry = self.env.clock().monotonic() + Duration::from_millis(RETRY_DISPATCH_MS);
+        self.retry_at = Some(self.retry_at.map_or(retry, |r| r.min(retry)));
     }
 
     /// The reaper (on its interval) and the reconcile (then, and after a failed dispatch).
-    async fn tick(&mut self) {
+    async fn tick(&mut self, after: &mut Vec<After>) {
         let now = self.env.clock().monotonic();
         if now >= self.next_reap {
             self.next_reap = now + Duration::from_millis(self.config.transaction_cleanup_interval_ms);
-            self.reap().await;
+            self.reap(after);
         }
         self.retry_at = None;
         let prepared: Vec<TxnEntry> = self.store.iter().filter(|e| e.state.is_prepared()).cloned().collect();
-        for entry in prepared {
-            self.dispatch(entry);
-        }
+        after.extend(prepared.into_iter().map(After::Dispatch));
     }
 
     /// Aborts every Ongoing transaction past its timeout, with an epoch bump.
-    async fn reap(&mut self) {
+    fn reap(&mut self, after: &mut Vec<After>) {
         let now_ms = self.env.clock().now_ms();
         let timed_out: Vec<TxnEntry> = self.store.iter().filter_map(|e| state::time_out(e, now_ms)).collect();
         for aborting in timed_out {
@@ -286,46 +365,40 @@ impl<E: Env> TxnCoordinator<E> {
                 producer_epoch = aborting.producer_epoch,
                 "aborting a timed-out transaction"
             );
-            if let Err(e) = self.store.put(aborting.clone()).await {
-                tracing::warn!(error = %e, "cannot persist a timed-out transaction's abort; next tick retries");
-                continue;
-            }
-            self.fence(aborting.producer_id, aborting.producer_epoch).await;
-            self.dispatch(aborting);
+            after.push(After::Fence(aborting.producer_id, aborting.producer_epoch));
+            after.push(After::Dispatch(aborting.clone()));
+            self.store.stage(aborting);
         }
     }
 
-    async fn handle(&mut self, command: Command) {
+    async fn handle(&mut self, command: Command, after: &mut Vec<After>) {
         let now_ms = self.env.clock().now_ms();
         match command {
             Command::InitProducerId { transactional_id, transaction_timeout_ms, expected, reply } => {
-                let result = self.init_producer_id(transactional_id, transaction_timeout_ms, expected).await;
-                let _ = reply.send(result);
+                let result = self.init_producer_id(transactional_id, transaction_timeout_ms, expected, after).await;
+                after.push(After::Init(reply, result));
             }
             Command::AddPartitions { transactional_id, producer_id, producer_epoch, partitions, reply } => {
-                let result = self
-                    .update(&transactional_id, |e| {
-                        state::add_partitions(e, producer_id, producer_epoch, &partitions, now_ms)
-                    })
-                    .await;
-                let _ = reply.send(result);
+                let result = self.update(&transactional_id, |e| {
+                    state::add_partitions(e, producer_id, producer_epoch, &partitions, now_ms)
+                });
+                after.push(After::Reply(reply, result));
             }
             Command::AddOffsets { transactional_id, producer_id, producer_epoch, group_id, reply } => {
-                let result = self
-                    .update(&transactional_id, |e| {
-                        state::add_offsets(e, producer_id, producer_epoch, &group_id, now_ms)
-                    })
-                    .await;
-                let _ = reply.send(result);
+                let result = self.update(&transactional_id, |e| {
+                    state::add_offsets(e, producer_id, producer_epoch, &group_id, now_ms)
+                });
+                after.push(After::Reply(reply, result));
             }
             Command::EndTxn { transactional_id, producer_id, producer_epoch, commit, reply } => {
-                match self.end_txn(&transactional_id, producer_id, producer_epoch, commit).await {
-                    Ok(true) => self.waiting.entry(transactional_id).or_default().push(reply),
-                    Ok(false) => drop(reply.send(Ok(()))),
-                    Err(e) => drop(reply.send(Err(e))),
+                match self.end_txn(&transactional_id, producer_id, producer_epoch, commit, after) {
+                    Ok(true) => after.push(After::Park(transactional_id, reply)),
+                    Ok(false) => after.push(After::Reply(reply, Ok(()))),
+                    Err(e) => after.push(After::Reply(reply, Err(e))),
                 }
             }
             Command::Verify { transactional_id, producer_id, producer_epoch, member, reply } => {
+                // Answered after the flush: the state it was checked against is durable by then.
                 let result = match self.store.get(&transactional_id) {
                     None => Err(CoreError::InvalidProducerIdMapping),
                     Some(entry) => {
@@ -336,7 +409,7 @@ impl<E: Env> TxnCoordinator<E> {
                         state::verify(entry, producer_id, producer_epoch, member).map_err(CoreError::from)
                     }
                 };
-                let _ = reply.send(result);
+                after.push(After::Reply(reply, result));
             }
             Command::Describe(ids, reply) => {
                 let described = ids
@@ -351,7 +424,7 @@ impl<E: Env> TxnCoordinator<E> {
             Command::List(reply) => {
                 let _ = reply.send(self.store.iter().cloned().collect());
             }
-            Command::Dispatched { entry, result } => self.dispatched(entry, result).await,
+            Command::Dispatched { entry, result } => self.dispatched(entry, result, after),
         }
     }
 
@@ -360,6 +433,7 @@ impl<E: Env> TxnCoordinator<E> {
         transactional_id: String,
         transaction_timeout_ms: i32,
         expected: Option<(i64, i16)>,
+        after: &mut Vec<After>,
     ) -> CoreResult<(i64, i16)> {
         let existing = self.store.get(&transactional_id).cloned();
         let fresh = if state::may_need_fresh_producer_id(existing.as_ref()) {
@@ -379,69 +453,65 @@ impl<E: Env> TxnCoordinator<E> {
             InitOutcome::Ready(entry) => {
                 let answer = (entry.producer_id, entry.producer_epoch);
                 if existing.as_ref() != Some(&entry) {
-                    self.store.put(entry.clone()).await?;
                     if let Some(old) = existing.filter(|old| old.producer_id == entry.producer_id) {
                         debug_assert!(entry.producer_epoch > old.producer_epoch);
-                        self.fence(entry.producer_id, entry.producer_epoch).await;
+                        after.push(After::Fence(entry.producer_id, entry.producer_epoch));
                     }
+                    self.store.stage(entry);
                 }
                 Ok(answer)
             }
             InitOutcome::AbortFirst(aborting) => {
-                self.store.put(aborting.clone()).await?;
-                self.fence(aborting.producer_id, aborting.producer_epoch).await;
-                self.dispatch(aborting);
+                after.push(After::Fence(aborting.producer_id, aborting.producer_epoch));
+                after.push(After::Dispatch(aborting.clone()));
+                self.store.stage(aborting);
                 Err(CoreError::ConcurrentTransactions)
             }
         }
     }
 
-    /// Applies a transition to an existing entry and persists it if it changed anything.
-    async fn update(
+    /// Applies a transition to an existing entry and stages it.
+    fn update(
         &mut self,
         transactional_id: &str,
         transition: impl FnOnce(&TxnEntry) -> Result<TxnEntry, TxnError>,
     ) -> CoreResult<()> {
         let entry = self.store.get(transactional_id).ok_or(CoreError::InvalidProducerIdMapping)?;
         let next = transition(entry)?;
-        if next != *entry {
-            self.store.put(next).await?;
-        }
+        self.store.stage(next);
         Ok(())
     }
 
-    /// The first phase of EndTxn. Ok(true): prepared and dispatching, answer on completion.
-    async fn end_txn(
+    /// The first phase of EndTxn. Ok(true): prepared, to be dispatched once durable, and
+    /// answered on completion.
+    fn end_txn(
         &mut self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
+        after: &mut Vec<After>,
     ) -> CoreResult<bool> {
         let entry = self.store.get(transactional_id).ok_or(CoreError::InvalidProducerIdMapping)?;
         match state::end_txn(entry, producer_id, producer_epoch, commit)? {
             EndOutcome::AlreadyComplete => Ok(false),
             EndOutcome::Prepared(prepared) => {
-                if crate::crash_point!("txn.before_prepare") {
-                    crash_here().await;
-                }
-                self.store.put(prepared.clone()).await?;
-                if crate::crash_point!("txn.after_prepare") {
-                    crash_here().await;
-                }
-                self.dispatch(prepared);
+                after.push(After::Dispatch(prepared.clone()));
+                self.store.stage(prepared);
                 Ok(true)
             }
         }
     }
 
     /// Starts the task that writes a prepared entry's markers and ends its offsets, unless one
-    /// is running for the id already.
+    /// is running for the id already, or the entry is no longer current.
     fn dispatch(&mut self, entry: TxnEntry) {
-        assert!(entry.state.is_prepared(), "only a prepared transaction owes markers");
-        if self.dispatching.contains_key(&entry.transactional_id) {
+        if self.dispatching.contains_key(&entry.transactional_id)
+            || self.store.get(&entry.transactional_id) != Some(&entry)
+        {
             return;
         }
+        assert!(entry.state.is_prepared(), "only a prepared transaction owes markers");
         let Some(me) = self.me.upgrade() else { return };
         self.dispatching.insert(entry.transactional_id.clone(), ());
         let (env, topics, groups) = (self.env.clone(), self.topics.clone(), self.groups.clone());
@@ -459,37 +529,25 @@ impl<E: Env> TxnCoordinator<E> {
         });
     }
 
-    /// The second phase: persists Complete* once the markers are durable, then answers.
-    async fn dispatched(&mut self, entry: TxnEntry, result: CoreResult<()>) {
+    /// The second phase: stages Complete* once the markers are durable; the parked EndTxns
+    /// are answered when that is durable too.
+    fn dispatched(&mut self, entry: TxnEntry, result: CoreResult<()>, after: &mut Vec<After>) {
         self.dispatching.remove(&entry.transactional_id);
         let id = entry.transactional_id.clone();
-        let completed = match result {
-            Err(e) => Err(e),
-            Ok(()) => match self.store.get(&id) {
-                Some(current) if *current == entry => {
-                    let done = state::complete(current);
-                    let put = self.store.put(done).await;
-                    if crate::crash_point!("txn.after_complete") {
-                        crash_here().await;
-                    }
-                    put
-                }
-                // Someone completed it meanwhile: nothing left to do.
-                _ => Ok(()),
-            },
-        };
-        if let Err(e) = &completed {
+        if let Err(e) = result {
             tracing::warn!(transactional_id = %id, error = %e, "transaction markers not yet durable; retrying");
-            let retry = self.env.clock().monotonic() + Duration::from_millis(RETRY_DISPATCH_MS);
-            self.retry_at = Some(self.retry_at.map_or(retry, |r| r.min(retry)));
-        }
-        let still_prepared = self.store.get(&id).is_some_and(|e| e.state.is_prepared());
-        if !still_prepared || completed.is_err() {
+            self.retry_soon();
             for reply in self.waiting.remove(&id).unwrap_or_default() {
-                // A retriable answer: the client retries EndTxn and the reconcile finishes it.
-                let _ = reply.send(completed.clone().map_err(|_| CoreError::CoordinatorNotAvailable));
+                // Retriable: the client retries EndTxn, and the reconcile finishes the transaction.
+                let _ = reply.send(Err(CoreError::CoordinatorNotAvailable));
             }
+            return;
         }
+        if let Some(current) = self.store.get(&id).filter(|current| **current == entry) {
+            let done = state::complete(current);
+            self.store.stage(done);
+        }
+        after.push(After::Completed(id));
     }
 
     /// Refuses the producer's older epochs on every partition now, whether or not its next

@@ -1,6 +1,7 @@
 //! The durable home of transaction state: 50 slot files, `__cluster/txn_state/slot-<n>.json`,
-//! each holding every transactional id that hashes to it (`state::slot`). Each mutation
-//! replaces its slot's file atomically before it is acknowledged; a restart reads the files and
+//! each holding every transactional id that hashes to it (`state::slot`). Mutations are staged,
+//! then `flush` replaces each changed slot's file atomically, once for all the mutations staged
+//! since (group commit); nothing is acknowledged before that. A restart reads the files and
 //! replays nothing. A file that is torn, of an unknown format version, or holding an id of
 //! another slot stops the load with a storage error naming it.
 
@@ -10,7 +11,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::state::{SLOTS, TxnEntry, slot};
-use crate::env::{Volume, join};
+use tokio::sync::oneshot;
+
+use crate::env::{Spawner, Volume, join};
 use crate::error::{CoreError, CoreResult};
 
 pub const TXN_STATE_DIR: &str = "__cluster/txn_state";
@@ -33,7 +36,10 @@ fn storage(e: impl std::fmt::Display) -> CoreError {
 
 pub struct TxnStore<V: Volume> {
     volume: V,
+    /// As on the volume.
     entries: BTreeMap<String, TxnEntry>,
+    /// Staged since the last flush: what the coordinator sees, not yet durable.
+    staged: BTreeMap<String, TxnEntry>,
 }
 
 impl<V: Volume> TxnStore<V> {
@@ -58,33 +64,79 @@ impl<V: Volume> TxnStore<V> {
                 entries.insert(entry.transactional_id.clone(), entry);
             }
         }
-        Ok(TxnStore { volume, entries })
+        Ok(TxnStore { volume, entries, staged: BTreeMap::new() })
     }
 
+    /// The entry as last staged (durable or about to be).
     pub fn get(&self, transactional_id: &str) -> Option<&TxnEntry> {
-        self.entries.get(transactional_id)
+        self.staged.get(transactional_id).or_else(|| self.entries.get(transactional_id))
     }
 
+    /// Every entry as last staged, by transactional id.
     pub fn iter(&self) -> impl Iterator<Item = &TxnEntry> {
-        self.entries.values()
+        let durable = self.entries.values().filter(|e| !self.staged.contains_key(&e.transactional_id));
+        let mut all: Vec<&TxnEntry> = durable.chain(self.staged.values()).collect();
+        all.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        all.into_iter()
     }
 
-    /// Makes `entry` durable (its whole slot file replaced), then current.
-    pub async fn put(&mut self, entry: TxnEntry) -> CoreResult<()> {
-        let n = slot(&entry.transactional_id);
-        let mut slot_entries: Vec<TxnEntry> = self
-            .entries
-            .values()
-            .filter(|e| slot(&e.transactional_id) == n && e.transactional_id != entry.transactional_id)
-            .cloned()
-            .collect();
-        slot_entries.push(entry.clone());
-        slot_entries.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
-        let file = SlotFile { format_version: FORMAT_VERSION, slot: n, entries: slot_entries };
-        let raw = Bytes::from(serde_json::to_vec(&file).expect("serialisable"));
-        self.volume.write_atomic(&path(n), raw).await.map_err(storage)?;
-        self.entries.insert(entry.transactional_id.clone(), entry);
-        Ok(())
+    /// Stages `entry`: seen by `get` at once, durable with the next `flush`.
+    pub fn stage(&mut self, entry: TxnEntry) {
+        if self.entries.get(&entry.transactional_id) != Some(&entry)
+            || self.staged.contains_key(&entry.transactional_id)
+        {
+            self.staged.insert(entry.transactional_id.clone(), entry);
+        }
+    }
+
+    /// Makes every staged entry durable: each changed slot's file is replaced once, all of
+    /// them at the same time. On a failure the entries of the slots not written are dropped
+    /// back to what the volume holds.
+    pub async fn flush<S: Spawner>(&mut self, spawner: &S) -> CoreResult<()> {
+        let mut slots: BTreeMap<u32, Vec<TxnEntry>> = BTreeMap::new();
+        for (id, entry) in std::mem::take(&mut self.staged) {
+            slots.entry(slot(&id)).or_default().push(entry);
+        }
+        let mut writes = Vec::new();
+        for (n, changed) in slots {
+            let mut slot_entries: BTreeMap<&str, &TxnEntry> = self
+                .entries
+                .values()
+                .filter(|e| slot(&e.transactional_id) == n)
+                .map(|e| (e.transactional_id.as_str(), e))
+                .collect();
+            for entry in &changed {
+                slot_entries.insert(&entry.transactional_id, entry);
+            }
+            let entries: Vec<TxnEntry> = slot_entries.into_values().cloned().collect();
+            let file = SlotFile { format_version: FORMAT_VERSION, slot: n, entries };
+            let raw = Bytes::from(serde_json::to_vec(&file).expect("serialisable"));
+            let (done, written) = oneshot::channel();
+            let volume = self.volume.clone();
+            spawner.spawn("txn-slot-write", async move {
+                let _ = done.send(volume.write_atomic(&path(n), raw).await);
+            });
+            writes.push((changed, written));
+        }
+        let mut result = Ok(());
+        for (changed, written) in writes {
+            match written.await {
+                Ok(Ok(())) => {
+                    for entry in changed {
+                        self.entries.insert(entry.transactional_id.clone(), entry);
+                    }
+                }
+                Ok(Err(e)) => result = Err(storage(e)),
+                Err(_) => result = Err(CoreError::Storage("slot write stopped".into())),
+            }
+        }
+        result
+    }
+
+    /// Stages `entry` and flushes.
+    pub async fn put<S: Spawner>(&mut self, entry: TxnEntry, spawner: &S) -> CoreResult<()> {
+        self.stage(entry);
+        self.flush(spawner).await
     }
 }
 
@@ -109,11 +161,11 @@ mod tests {
             }) else {
                 panic!()
             };
-            store.put(entry).await.unwrap();
+            store.put(entry, env.spawner()).await.unwrap();
         }
         let first = store.get("txn-7").unwrap().clone();
         let ongoing = state::add_partitions(&first, first.producer_id, 0, &[("t".into(), 3)], 5).unwrap();
-        store.put(ongoing.clone()).await.unwrap();
+        store.put(ongoing.clone(), env.spawner()).await.unwrap();
         let reloaded = TxnStore::load(env.volume().clone()).await.unwrap();
         assert_eq!(reloaded.iter().count(), 120);
         assert_eq!(reloaded.get("txn-7"), Some(&ongoing));
