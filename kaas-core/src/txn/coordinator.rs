@@ -1,6 +1,8 @@
 //! The transaction coordinator actor: owns the transactional ids of this broker (every slot,
 //! until cluster mode assigns slots to brokers), drives their state machine (`state`) and
-//! makes each transition durable in the slot files (`store`) before it answers.
+//! makes each transition durable in the slot files (`store`) before it answers. Commands are
+//! handled in groups (`run`): their transitions are staged, each changed slot file is written
+//! once, and only then do the answers, dispatches and fences of the group go out.
 //!
 //! EndTxn is two-phase. The Prepare* entry is persisted first; it keeps the partitions and
 //! groups of the transaction, which is the durable list of the markers still owed. A dispatch
