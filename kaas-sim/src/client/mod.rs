@@ -256,6 +256,42 @@ impl WireClient {
         }
     }
 
+    /// One Fetch (v12) of one partition from `offset` at `isolation_level` (0
+    /// read_uncommitted, 1 read_committed): the partition's answer, its error code checked.
+    async fn fetch_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+        isolation_level: i8,
+    ) -> Outcome<kafka_protocol::messages::fetch_response::PartitionData> {
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_isolation_level(isolation_level)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default().with_topic(TopicName(text(topic))).with_partitions(vec![
+                FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(1 << 20),
+            ])]);
+        let response: FetchResponse = match self.call(ApiKey::Fetch, 12, &request).await {
+            Ok(r) => r,
+            Err(_) => return Outcome::Indefinite,
+        };
+        let Some(p) = response.responses.into_iter().next().and_then(|t| t.partitions.into_iter().next()) else {
+            return Outcome::Failed(-1);
+        };
+        if p.error_code != 0 {
+            return Outcome::Failed(p.error_code);
+        }
+        Outcome::Ok(p)
+    }
+
     /// One fetch from `offset`: the records as (offset, value), and the high watermark.
     pub async fn fetch(
         &mut self,
@@ -264,28 +300,11 @@ impl WireClient {
         offset: i64,
         max_wait_ms: i32,
     ) -> Outcome<(Vec<(i64, Bytes)>, i64)> {
-        let request = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(max_wait_ms)
-            .with_min_bytes(1)
-            .with_max_bytes(1 << 20)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default().with_topic(TopicName(text(topic))).with_partitions(vec![
-                        FetchPartition::default()
-                            .with_partition(partition)
-                            .with_fetch_offset(offset)
-                            .with_partition_max_bytes(1 << 20),
-                    ])]);
-        let response: FetchResponse = match self.call(ApiKey::Fetch, 12, &request).await {
-            Ok(r) => r,
-            Err(_) => return Outcome::Indefinite,
+        let p = match self.fetch_partition(topic, partition, offset, max_wait_ms, 0).await {
+            Outcome::Ok(p) => p,
+            Outcome::Failed(code) => return Outcome::Failed(code),
+            Outcome::Indefinite => return Outcome::Indefinite,
         };
-        let Some(p) = response.responses.first().and_then(|t| t.partitions.first()) else {
-            return Outcome::Failed(-1);
-        };
-        if p.error_code != 0 {
-            return Outcome::Failed(p.error_code);
-        }
         let mut out = Vec::new();
         if let Some(mut records) = p.records.clone() {
             while records.has_remaining() {

@@ -7,7 +7,6 @@ use std::collections::{BTreeSet, VecDeque};
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
@@ -243,29 +242,11 @@ impl WireClient {
         offset: i64,
         max_wait_ms: i32,
     ) -> Outcome<Fetched> {
-        let request = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(max_wait_ms)
-            .with_min_bytes(1)
-            .with_max_bytes(1 << 20)
-            .with_isolation_level(1)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default().with_topic(TopicName(text(topic))).with_partitions(vec![
-                FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(1 << 20),
-            ])]);
-        let response: FetchResponse = match self.call(ApiKey::Fetch, 12, &request).await {
-            Ok(r) => r,
-            Err(_) => return Outcome::Indefinite,
+        let p = match self.fetch_partition(topic, partition, offset, max_wait_ms, 1).await {
+            Outcome::Ok(p) => p,
+            Outcome::Failed(code) => return Outcome::Failed(code),
+            Outcome::Indefinite => return Outcome::Indefinite,
         };
-        let Some(p) = response.responses.first().and_then(|t| t.partitions.first()) else {
-            return Outcome::Failed(-1);
-        };
-        if p.error_code != 0 {
-            return Outcome::Failed(p.error_code);
-        }
         let mut aborted: Vec<(i64, i64)> =
             p.aborted_transactions.iter().flatten().map(|a| (a.first_offset, a.producer_id.0)).collect();
         aborted.sort_unstable();

@@ -114,6 +114,43 @@ pub async fn read_partition(host: &str, topic: &str, partition: i32) -> (Vec<(i6
     }
 }
 
+/// A crash point for the seed: one of the EndTxn steps, at its `1..=visits_max`th visit.
+pub fn crash_point(rng: &mut ChaCha8Rng, visits_max: u32) -> (&'static str, u32) {
+    let sites = kaas_core::txn::coordinator::CRASH_POINTS;
+    (sites[rng.random_range(0..sites.len())], rng.random_range(1..=visits_max))
+}
+
+/// Reads a partition read_committed from offset 0 on `client`, once the workload is done,
+/// until its last stable offset reaches its high watermark (or `deadline` passes: then what
+/// is stable). Reconnects as needed.
+pub async fn read_committed_to_end(
+    client: &mut WireClient,
+    topic: &str,
+    partition: i32,
+    deadline: tokio::time::Instant,
+) -> crate::checkers::transactions::FinalRead {
+    let mut read = crate::checkers::transactions::FinalRead::default();
+    let mut offset = 0;
+    loop {
+        match client.fetch_committed(topic, partition, offset, 100).await {
+            Outcome::Ok(f) => {
+                offset = f.next_offset;
+                read.values.extend(f.records);
+                (read.last_stable_offset, read.high_watermark) = (f.last_stable_offset, f.high_watermark);
+                let settled = f.last_stable_offset == f.high_watermark;
+                if offset >= f.last_stable_offset && (settled || tokio::time::Instant::now() > deadline) {
+                    return read;
+                }
+                if offset >= f.last_stable_offset {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            Outcome::Failed(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Outcome::Indefinite => *client = connect("broker").await,
+        }
+    }
+}
+
 /// What the clients did and saw, shared between their tasks (and hosts) and the checkers.
 #[derive(Default)]
 pub struct World {

@@ -61,10 +61,7 @@ impl Knobs {
     fn from_seed(rng: &mut ChaCha8Rng) -> Knobs {
         let partitions = rng.random_range(1..=3);
         let records_per_partition = rng.random_range(20..80);
-        let crash_point = rng.random_bool(0.5).then(|| {
-            let sites = kaas_core::txn::coordinator::CRASH_POINTS;
-            (sites[rng.random_range(0..sites.len())], rng.random_range(1..=10))
-        });
+        let crash_point = rng.random_bool(0.5).then(|| common::crash_point(rng, 10));
         let mut plan = common::broker_faults(rng, partitions as usize * records_per_partition);
         if crash_point.is_some() {
             plan.retain(|p| !matches!(p.fault, faults::Fault::Crash { .. }));
@@ -342,26 +339,7 @@ async fn final_reads(knobs: &Knobs, copies: &SharedCopies) {
     let mut client = common::connect("broker").await;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(60_000);
     for p in 0..knobs.partitions {
-        let mut read = txn_check::FinalRead::default();
-        let mut offset = 0;
-        loop {
-            match client.fetch_committed(OUTPUT, p, offset, 100).await {
-                Outcome::Ok(f) => {
-                    offset = f.next_offset;
-                    read.values.extend(f.records);
-                    (read.last_stable_offset, read.high_watermark) = (f.last_stable_offset, f.high_watermark);
-                    let settled = f.last_stable_offset == f.high_watermark;
-                    if offset >= f.last_stable_offset && (settled || tokio::time::Instant::now() > deadline) {
-                        break;
-                    }
-                    if offset >= f.last_stable_offset {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                }
-                Outcome::Failed(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                Outcome::Indefinite => client = common::connect("broker").await,
-            }
-        }
+        let read = common::read_committed_to_end(&mut client, OUTPUT, p, deadline).await;
         let committed = loop {
             match client.committed_offsets_stable(GROUP, INPUT, &[p]).await {
                 Outcome::Ok(o) => break o[0],

@@ -92,10 +92,7 @@ impl Knobs {
     fn from_seed(mode: Mode, rng: &mut ChaCha8Rng) -> Knobs {
         let producers = rng.random_range(1..=3);
         let txns_per_producer = rng.random_range(8..25);
-        let crash_point = (mode == Mode::Crash && rng.random_bool(0.5)).then(|| {
-            let sites = kaas_core::txn::coordinator::CRASH_POINTS;
-            (sites[rng.random_range(0..sites.len())], rng.random_range(1..=8))
-        });
+        let crash_point = (mode == Mode::Crash && rng.random_bool(0.5)).then(|| common::crash_point(rng, 8));
         let mut plan = common::broker_faults(rng, producers * txns_per_producer);
         if crash_point.is_some() || mode != Mode::Crash && rng.random_bool(0.5) {
             // The crash point is the fault; partitions and held messages may come with it.
@@ -461,27 +458,7 @@ async fn final_reads(knobs: &Knobs, txns: &SharedTxns) {
     let mut client = common::connect("broker").await;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(SETTLE_MS);
     for partition in 0..knobs.all_partitions() {
-        let mut read = FinalRead::default();
-        let mut offset = 0;
-        loop {
-            match client.fetch_committed(TOPIC, partition, offset, 100).await {
-                Outcome::Ok(fetched) => {
-                    offset = fetched.next_offset;
-                    read.values.extend(fetched.records);
-                    read.last_stable_offset = fetched.last_stable_offset;
-                    read.high_watermark = fetched.high_watermark;
-                    let settled = fetched.last_stable_offset == fetched.high_watermark;
-                    if offset >= fetched.last_stable_offset && (settled || tokio::time::Instant::now() > deadline) {
-                        break;
-                    }
-                    if offset >= fetched.last_stable_offset {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                }
-                Outcome::Failed(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                Outcome::Indefinite => client = common::connect("broker").await,
-            }
-        }
+        let read = common::read_committed_to_end(&mut client, TOPIC, partition, deadline).await;
         txns.lock().unwrap().finals.insert(partition, read);
     }
     // Every marker durable does not yet mean every completion is: wait for those too.
