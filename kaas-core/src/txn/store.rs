@@ -132,12 +132,6 @@ impl<V: Volume> TxnStore<V> {
         }
         result
     }
-
-    /// Stages `entry` and flushes.
-    pub async fn put<S: Spawner>(&mut self, entry: TxnEntry, spawner: &S) -> CoreResult<()> {
-        self.stage(entry);
-        self.flush(spawner).await
-    }
 }
 
 #[cfg(test)]
@@ -161,11 +155,13 @@ mod tests {
             }) else {
                 panic!()
             };
-            store.put(entry, env.spawner()).await.unwrap();
+            store.stage(entry);
         }
         let first = store.get("txn-7").unwrap().clone();
         let ongoing = state::add_partitions(&first, first.producer_id, 0, &[("t".into(), 3)], 5).unwrap();
-        store.put(ongoing.clone(), env.spawner()).await.unwrap();
+        store.flush(env.spawner()).await.unwrap();
+        store.stage(ongoing.clone());
+        store.flush(env.spawner()).await.unwrap();
         let reloaded = TxnStore::load(env.volume().clone()).await.unwrap();
         assert_eq!(reloaded.iter().count(), 120);
         assert_eq!(reloaded.get("txn-7"), Some(&ongoing));
