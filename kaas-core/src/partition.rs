@@ -24,7 +24,7 @@ use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::log::batch::BatchHeader;
 use crate::log::control::{self, Marker};
-use crate::log::{LogConfig, PartitionLog};
+use crate::log::{DurableEnd, LogConfig, PartitionLog, cut_to_durable};
 use crate::producer::snapshot;
 use crate::producer::state::{AbortedTxn, MarkerVerdict, ProducerEntry, ProducerStates, Verdict};
 
@@ -256,6 +256,9 @@ struct PartitionActor<E: Env> {
     producers: ProducerStates,
     /// Segments the log had when the last snapshot was written: more means a roll since.
     segments_at_snapshot: usize,
+    /// Set by a failed write or sync: the log must be cut back to this before it is reopened,
+    /// since the bytes after it may read back fine and still be gone after a crash.
+    cut_before_open: Option<DurableEnd>,
 }
 
 /// Opens the partition at `dir` and starts its actor.
@@ -284,6 +287,7 @@ pub async fn start<E: Env>(
         producer_id_expiration_ms: settings.producer_id_expiration_ms,
         producers: ProducerStates::default(),
         segments_at_snapshot: 0,
+        cut_before_open: None,
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
@@ -294,12 +298,20 @@ impl<E: Env> PartitionActor<E> {
     async fn ensure_open(&mut self) -> Option<&mut PartitionLog<E::Volume>> {
         if self.log.is_none() {
             let volume = self.env.volume().clone();
-            let opened = match PartitionLog::open(volume.clone(), &self.dir, self.config).await {
-                Ok(log) => snapshot::restore(&volume, &log).await.map(|producers| (log, producers)),
+            let cut = match self.cut_before_open {
+                Some(end) => cut_to_durable(&volume, &self.dir, end).await,
+                None => Ok(()),
+            };
+            let opened = match cut {
+                Ok(()) => match PartitionLog::open(volume.clone(), &self.dir, self.config).await {
+                    Ok(log) => snapshot::restore(&volume, &log).await.map(|producers| (log, producers)),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             };
             match opened {
                 Ok((log, producers)) => {
+                    self.cut_before_open = None;
                     self.segments_at_snapshot = log.segment_count();
                     self.producers = producers;
                     self.log = Some(log);
@@ -411,11 +423,17 @@ impl<E: Env> PartitionActor<E> {
     }
 
     /// After a failed write or sync the log's tail is unknown: answer every waiting append with
-    /// a storage error (effect unknown) and reopen the log from the volume, which recovers it.
+    /// a storage error (effect unknown), and recover the log from what is durable: it is cut
+    /// back to the end of its last successful sync and reopened before it serves anyone again.
     fn fail_writes(&mut self, acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>, why: &str) {
-        tracing::error!(dir = %self.dir, error = why, "write failed; reopening the partition log");
+        tracing::error!(dir = %self.dir, error = why, "write failed; recovering the partition log from its durable end");
         for (reply, _) in acks.drain(..) {
             let _ = reply.send(Err(CoreError::Storage(why.to_string())));
+        }
+        if let Some(log) = &self.log {
+            // A log is only open once an earlier cut was made.
+            assert!(self.cut_before_open.is_none(), "an open log has no cut pending");
+            self.cut_before_open = Some(log.durable_end());
         }
         self.log = None;
         self.producers = ProducerStates::default();
@@ -558,7 +576,8 @@ impl<E: Env> PartitionActor<E> {
                 self.producer_id_expiration_ms = settings.producer_id_expiration_ms;
             }
             Command::EnforceRetention => {
-                if let Err(e) = log.enforce_retention(now_ms).await {
+                let stable_end = watermarks_of(log, &self.producers, &self.unsynced_ends).last_stable_offset;
+                if let Err(e) = log.enforce_retention(now_ms, stable_end).await {
                     tracing::warn!(dir = %self.dir, error = %e, "retention failed");
                 }
                 self.producers.truncate_head(log.log_start_offset());
@@ -630,8 +649,15 @@ fn watermarks_of<V: crate::env::Volume>(
     let high_watermark = log.high_watermark();
     let ending = unsynced_ends.iter().filter(|&&(marker, _)| marker >= high_watermark).map(|&(_, first)| first);
     let first_unstable = producers.first_unstable_offset().into_iter().chain(ending).min().unwrap_or(i64::MAX);
-    let last_stable_offset =
-        if crate::mutant!(LsoNotClamped) { high_watermark } else { first_unstable.min(high_watermark) };
+    // Records below the log start offset are gone (DeleteRecords may pass an open transaction,
+    // as in Apache): the last stable offset is never below it, or readers could not reach it.
+    let last_stable_offset = if crate::mutant!(LsoNotClamped) {
+        high_watermark
+    } else {
+        first_unstable.min(high_watermark).max(log.log_start_offset())
+    };
+    assert!(log.log_start_offset() <= last_stable_offset, "the last stable offset is a readable offset");
+    assert!(last_stable_offset <= high_watermark, "the last stable offset is at most the high watermark");
     Watermarks {
         log_start_offset: log.log_start_offset(),
         high_watermark,

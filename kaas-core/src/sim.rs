@@ -1,14 +1,17 @@
 //! Simulation-only hooks, both `false` in a build without the `sim` feature, so production code
 //! pays nothing:
 //! - `mutant!(Name)` is a deliberate bug that the simulator must catch (`kaas-sim mutants`).
-//! - `buggify!("site")` widens a race window (FoundationDB's BUGGIFY): a site is enabled or not
-//!   per seed, the first time it is reached, and an enabled site fires on some of its visits.
+//! - `buggify!("site")` widens a race window (FoundationDB's BUGGIFY): a world enables some of
+//!   the sites in `BUGGIFY_SITES` (the simulator draws which, and a seed file records them), and
+//!   an enabled site fires on some of its visits.
+//! - `crash_point!("site")` parks the caller on an armed visit so the simulator can crash the
+//!   host exactly there.
 //!
 //! Both are switched on per thread: turmoil runs a whole simulation on the calling thread, so
 //! one run sees exactly the mutant and the BUGGIFY seed it was given.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -45,10 +48,26 @@ pub enum Mutant {
     ReaperWithoutEpochBump,
     /// Transactional batches are appended without the coordinator's verification.
     NoPartitionVerification,
+    /// The atomic replace renames its temporary file over the target and returns without
+    /// syncing the directory: a crash can take the rename back.
+    AtomicReplaceSkipsDirSync,
+    /// After a failed fsync of a log file the partition syncs again and, when that succeeds,
+    /// acks and serves what the failed sync covered (the PostgreSQL "fsyncgate" mistake).
+    ServeAfterFailedFsync,
+    /// Retention deletes segments past the last stable offset, the first offset of an open
+    /// transaction among them.
+    RetentionPastOpenTransaction,
+    /// Creating a topic keeps partition directories a crashed deletion of the same name left.
+    RecreateKeepsStalePartitions,
+    /// Fetch serves read_committed consumers as read_uncommitted ones.
+    FetchIgnoresIsolation,
+    /// A fenced producer is answered CONCURRENT_TRANSACTIONS (retriable) instead of
+    /// PRODUCER_FENCED (fatal), so it retries instead of stopping.
+    FencedAnsweredRetriable,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 15] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -64,6 +83,12 @@ impl Mutant {
         Mutant::LsoNotClamped,
         Mutant::ReaperWithoutEpochBump,
         Mutant::NoPartitionVerification,
+        Mutant::AtomicReplaceSkipsDirSync,
+        Mutant::ServeAfterFailedFsync,
+        Mutant::RetentionPastOpenTransaction,
+        Mutant::RecreateKeepsStalePartitions,
+        Mutant::FetchIgnoresIsolation,
+        Mutant::FencedAnsweredRetriable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +108,12 @@ impl Mutant {
             Mutant::LsoNotClamped => "lso-not-clamped",
             Mutant::ReaperWithoutEpochBump => "reaper-without-epoch-bump",
             Mutant::NoPartitionVerification => "no-partition-verification",
+            Mutant::AtomicReplaceSkipsDirSync => "atomic-replace-skips-dir-sync",
+            Mutant::ServeAfterFailedFsync => "serve-after-failed-fsync",
+            Mutant::RetentionPastOpenTransaction => "retention-past-open-transaction",
+            Mutant::RecreateKeepsStalePartitions => "recreate-keeps-stale-partitions",
+            Mutant::FetchIgnoresIsolation => "fetch-ignores-isolation",
+            Mutant::FencedAnsweredRetriable => "fenced-answered-retriable",
         }
     }
 
@@ -109,43 +140,60 @@ pub fn active(mutant: Mutant) -> bool {
     ACTIVE.with(|a| a.get() == Some(mutant))
 }
 
-/// Chance that a site is enabled for a seed, and that an enabled site fires on a visit.
-const SITE_ENABLED: f64 = 0.25;
+/// Every BUGGIFY site in the broker. A world file names the sites its seed enabled, so a site
+/// must be listed here to be drawn, and a site that fires must be listed (checked).
+pub const BUGGIFY_SITES: [&str; 7] = [
+    "groups.slow_commit",
+    "log.early_roll",
+    "partition.not_leader",
+    "partition.short_read",
+    "partition.slow_sync",
+    "txn.dispatch_fails",
+    "txn.slow_dispatch",
+];
+
+/// Chance that an enabled site fires on a visit.
 const SITE_FIRES: f64 = 0.05;
+
+/// What a world chose for BUGGIFY: the sites it enabled and the seed of their fires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuggifyPlan {
+    pub seed: u64,
+    pub sites: BTreeSet<&'static str>,
+}
+
+impl BuggifyPlan {
+    /// The listed site named `name`, for a world read back from a file.
+    pub fn site(name: &str) -> Option<&'static str> {
+        BUGGIFY_SITES.into_iter().find(|s| *s == name)
+    }
+}
 
 struct Buggify {
     rng: ChaCha8Rng,
-    /// Each site's coin, tossed on its first visit. A BTreeMap: the order of visits, not of
-    /// hashing, decides what the rng hands out.
-    sites: BTreeMap<&'static str, bool>,
+    sites: BTreeSet<&'static str>,
 }
 
 thread_local! {
     static BUGGIFY: RefCell<Option<Buggify>> = const { RefCell::new(None) };
 }
 
-/// Turns BUGGIFY on for simulations run on this thread, drawing from `seed`, or off (`None`).
-pub fn set_buggify(seed: Option<u64>) {
+/// Turns BUGGIFY on for simulations run on this thread with `plan`'s sites, or off (`None`).
+pub fn set_buggify(plan: Option<&BuggifyPlan>) {
     BUGGIFY.with(|b| {
-        *b.borrow_mut() = seed.map(|s| Buggify { rng: ChaCha8Rng::seed_from_u64(s), sites: BTreeMap::new() })
+        *b.borrow_mut() = plan.map(|p| Buggify { rng: ChaCha8Rng::seed_from_u64(p.seed), sites: p.sites.clone() })
     });
 }
 
-/// Whether `site` fires on this visit. Always false while BUGGIFY is off.
+/// Whether `site` fires on this visit. Always false while BUGGIFY is off and for sites the
+/// world did not enable.
 pub fn buggify(site: &'static str) -> bool {
+    debug_assert!(BUGGIFY_SITES.contains(&site), "BUGGIFY site {site} is not in BUGGIFY_SITES");
     BUGGIFY.with(|b| {
         let mut b = b.borrow_mut();
         let Some(Buggify { rng, sites }) = b.as_mut() else { return false };
-        let enabled = *sites.entry(site).or_insert_with(|| rng.random_bool(SITE_ENABLED));
-        enabled && rng.random_bool(SITE_FIRES)
+        sites.contains(site) && rng.random_bool(SITE_FIRES)
     })
-}
-
-/// The sites this run has enabled so far, for a failing seed's report.
-pub fn buggify_enabled() -> Vec<&'static str> {
-    BUGGIFY
-        .with(|b| b.borrow().as_ref().map(|b| b.sites.iter().filter(|(_, on)| **on).map(|(s, _)| *s).collect()))
-        .unwrap_or_default()
 }
 
 /// A crash point: the simulator crashes the broker when the `visit`th visit of `site` happens
@@ -188,26 +236,32 @@ pub fn take_crash_request() -> bool {
 mod tests {
     use super::*;
 
-    fn visits(seed: u64) -> (Vec<bool>, Vec<&'static str>) {
-        set_buggify(Some(seed));
-        let fired = (0..2000).map(|i| buggify(if i % 2 == 0 { "a" } else { "b" })).collect();
-        let enabled = buggify_enabled();
+    fn visits(plan: &BuggifyPlan) -> Vec<bool> {
+        set_buggify(Some(plan));
+        let fired =
+            (0..2000).map(|i| buggify(if i % 2 == 0 { "log.early_roll" } else { "txn.slow_dispatch" })).collect();
         set_buggify(None);
-        (fired, enabled)
+        fired
     }
 
     #[test]
-    fn sites_are_chosen_per_seed_and_replay_exactly() {
-        assert_eq!(visits(7), visits(7), "a seed replays its sites and its fires");
-        let runs: Vec<_> = (0..40).map(visits).collect();
-        assert!(runs.iter().any(|(_, on)| on.is_empty()), "some seeds leave every site off");
-        assert!(runs.iter().any(|(_, on)| !on.is_empty()), "some seeds enable a site");
-        for (fired, on) in &runs {
-            let fires = fired.iter().filter(|f| **f).count();
-            // An enabled site fires on about 5% of its 1000 visits; a disabled one never.
-            assert!(fires <= on.len() * 100, "{fires} fires with sites {on:?}");
-            assert_eq!(fires == 0, on.is_empty(), "{fires} fires with sites {on:?}");
-        }
-        assert!(!buggify("a"), "off once the run is over");
+    fn enabled_sites_fire_and_replay_exactly() {
+        let plan = BuggifyPlan { seed: 7, sites: BTreeSet::from(["log.early_roll"]) };
+        let fired = visits(&plan);
+        assert_eq!(fired, visits(&plan), "a plan replays its fires");
+        let early_roll = fired.iter().step_by(2).filter(|f| **f).count();
+        let slow_dispatch = fired.iter().skip(1).step_by(2).filter(|f| **f).count();
+        // An enabled site fires on about 5% of its 1000 visits; a disabled one never.
+        assert!((20..=100).contains(&early_roll), "{early_roll} fires");
+        assert_eq!(slow_dispatch, 0, "a site the plan leaves off never fires");
+        assert!(!buggify("log.early_roll"), "off once the run is over");
+    }
+
+    #[test]
+    fn every_listed_site_is_named_once() {
+        let unique: BTreeSet<&str> = BUGGIFY_SITES.into_iter().collect();
+        assert_eq!(unique.len(), BUGGIFY_SITES.len());
+        assert_eq!(BuggifyPlan::site("partition.slow_sync"), Some("partition.slow_sync"));
+        assert_eq!(BuggifyPlan::site("no.such_site"), None);
     }
 }

@@ -282,7 +282,7 @@ impl<E: Env> TopicManager<E> {
             let command = tokio::select! {
                 biased;
                 command = rx.recv() => command,
-                _ = tokio::time::sleep_until(next_retention) => {
+                _ = self.env.clock().sleep_until(next_retention) => {
                     next_retention += std::time::Duration::from_millis(interval_ms);
                     for t in self.topics.values() {
                         for p in &t.partitions {
@@ -362,7 +362,7 @@ impl<E: Env> TopicManager<E> {
             return Ok(meta);
         }
         // A crash during an earlier delete may have left partition directories behind.
-        for p in 0..partitions {
+        for p in (0..partitions).filter(|_| !crate::mutant!(RecreateKeepsStalePartitions)) {
             self.env.volume().remove_dir_all(&partition_dir(&meta.name, p)).await.map_err(storage)?;
         }
         self.persist(&meta).await?;
@@ -385,6 +385,9 @@ impl<E: Env> TopicManager<E> {
         // later create of the same name removes.
         let path = join(TOPICS_DIR, &format!("{name}.json"));
         self.env.volume().remove_file(&path).await.map_err(storage)?;
+        if crate::crash_point!("topics.before_partition_removal") {
+            crate::park_for_crash().await;
+        }
         for p in &state.partitions {
             p.stop(true).await;
         }

@@ -37,6 +37,7 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::NonEmptyGroup => K::NonEmptyGroup,
         CoreError::InvalidRequest(_) => K::InvalidRequest,
         CoreError::InvalidProducerIdMapping => K::InvalidProducerIdMapping,
+        CoreError::ProducerFenced if kaas_core::mutant!(FencedAnsweredRetriable) => K::ConcurrentTransactions,
         CoreError::ProducerFenced => K::ProducerFenced,
         CoreError::ConcurrentTransactions => K::ConcurrentTransactions,
         CoreError::InvalidTxnState => K::InvalidTxnState,

@@ -52,7 +52,7 @@ impl<E: Env> Server<E> {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, backoff_ms, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(backoff_ms)).await;
+                    self.broker.env.clock().sleep_ms(backoff_ms).await;
                     backoff_ms = (backoff_ms * 2).min(ACCEPT_BACKOFF_MS_MAX);
                 }
             }

@@ -157,7 +157,8 @@ async fn verify_only_v4(c: &mut WireClient, ids: (i64, i16)) -> turmoil::Result 
 #[test]
 fn transaction_apis_answer_apache_errors() {
     let mut sim = turmoil::Builder::new().simulation_duration(Duration::from_secs(60)).build();
-    hosts::add_broker(&mut sim, "broker", SimVolume::default(), 1, 0, BrokerConfig::default());
+    let spec = &hosts::BrokerSpec::single(1, 0)[0];
+    hosts::add_broker(&mut sim, spec, &SimVolume::default(), BrokerConfig::default());
     sim.client("client", scenario());
     sim.run().unwrap();
 }

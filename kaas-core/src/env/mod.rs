@@ -26,6 +26,12 @@ pub trait Clock: Clone + Send + Sync + 'static {
     fn sleep_ms(&self, ms: u64) -> impl Future<Output = ()> + Send {
         tokio::time::sleep(std::time::Duration::from_millis(ms))
     }
+
+    /// Sleeps until `deadline` of `monotonic` time (the simulator may run a host's clock fast
+    /// or slow, so deadlines are reached through the clock that made them).
+    fn sleep_until(&self, deadline: tokio::time::Instant) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep_until(deadline)
+    }
 }
 
 /// Randomness: seeded ChaCha in the simulator, OS-seeded in production.
@@ -76,23 +82,59 @@ pub trait VolumeFile: Send + Sync + 'static {
 }
 
 /// The shared volume. Paths are relative to the data directory and use `/`.
+///
+/// Entry changes (a created file, a created directory, a rename, a removal) are durable only
+/// once their parent directory is synced, as on Linux and NFS; each method says whether it
+/// syncs the directory itself. A crash between two calls keeps any prefix of them.
 pub trait Volume: Clone + Send + Sync + 'static {
     type File: VolumeFile;
 
+    /// Creates every missing directory of `path`, durably: each new directory's parent is
+    /// synced before this returns.
     fn create_dir_all(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
     /// Opens a file for appending and reading, creating it (and syncing its directory) if absent.
     fn open(&self, path: &str) -> impl Future<Output = io::Result<Self::File>> + Send;
+    /// Creates `path` empty, truncating a file already there. The new entry is not durable
+    /// until its directory is synced.
+    fn create(&self, path: &str) -> impl Future<Output = io::Result<Self::File>> + Send;
     /// The whole file, or `None` if it does not exist.
     fn read(&self, path: &str) -> impl Future<Output = io::Result<Option<Bytes>>> + Send;
-    /// Atomic durable replace: write a temporary file, fsync it, rename it over `path`, fsync
-    /// the directory. A crash leaves either the old or the new content, never a mix.
-    fn write_atomic(&self, path: &str, data: Bytes) -> impl Future<Output = io::Result<()>> + Send;
+    /// Renames `from` over `to` in one step (readers see the old file or the new one). Not
+    /// durable until the directory is synced.
+    fn rename(&self, from: &str, to: &str) -> impl Future<Output = io::Result<()>> + Send;
+    /// Makes every entry change in `dir` durable (fsync of the directory).
+    fn sync_dir(&self, dir: &str) -> impl Future<Output = io::Result<()>> + Send;
     /// Entry names in a directory, sorted; empty if it does not exist.
     fn list(&self, dir: &str) -> impl Future<Output = io::Result<Vec<String>>> + Send;
     /// Removes a file durably; absent is not an error.
     fn remove_file(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
     /// Removes a directory and everything in it, durably; absent is not an error.
     fn remove_dir_all(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Atomic durable replace, in its real steps: write `<path>.tmp`, fsync it, rename it over
+    /// `path`, fsync the directory. A crash leaves the old content or the new, never a mix
+    /// (and perhaps a stray `.tmp`, which readers skip). Both envs use this one composition,
+    /// so the simulator crashes the production sequence between any two of its steps: do not
+    /// override it.
+    fn write_atomic(&self, path: &str, data: Bytes) -> impl Future<Output = io::Result<()>> + Send {
+        async move {
+            let tmp = tmp_path(path);
+            let file = self.create(&tmp).await?;
+            file.append(data).await?;
+            file.sync().await?;
+            drop(file);
+            self.rename(&tmp, path).await?;
+            if crate::mutant!(AtomicReplaceSkipsDirSync) {
+                return Ok(());
+            }
+            self.sync_dir(parent(path)).await
+        }
+    }
+}
+
+/// The temporary file an atomic replace of `path` writes first.
+pub fn tmp_path(path: &str) -> String {
+    format!("{path}.tmp")
 }
 
 /// The bundle handed to every actor: one type parameter instead of five.

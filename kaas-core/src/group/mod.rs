@@ -266,7 +266,7 @@ impl<E: Env> GroupCoordinator<E> {
             let command = tokio::select! {
                 biased;
                 command = rx.recv() => command,
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = self.env.clock().sleep_until(deadline) => {
                     self.tick();
                     continue;
                 }

@@ -7,4 +7,4 @@ pub mod control;
 mod partition_log;
 pub mod segment;
 
-pub use partition_log::{LogConfig, LogError, PartitionLog, ReadResult};
+pub use partition_log::{DurableEnd, LogConfig, LogError, PartitionLog, ReadResult, cut_to_durable};

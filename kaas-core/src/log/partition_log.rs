@@ -69,6 +69,32 @@ struct PartitionState {
     log_start_offset: i64,
 }
 
+/// The end of what a partition log's last successful sync made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurableEnd {
+    /// The segment that was active.
+    pub base_offset: i64,
+    /// Its bytes known durable; whatever follows them may be gone after a crash.
+    pub len: u64,
+}
+
+/// Cuts the segment of `end` in `dir` back to its durable length, durably: what a failed write
+/// or sync left after it is unknown to the disk, however readable it looks.
+pub async fn cut_to_durable<V: Volume>(volume: &V, dir: &str, end: DurableEnd) -> Result<(), LogError> {
+    let file = segment::open_file(volume, dir, end.base_offset).await?;
+    if file.len() > end.len {
+        tracing::warn!(
+            dir,
+            base = end.base_offset,
+            durable = end.len,
+            len = file.len(),
+            "cutting what a failed sync covered"
+        );
+        file.truncate(end.len).await?;
+    }
+    Ok(())
+}
+
 /// Bytes of whole batches read from one segment.
 #[derive(Debug, Default)]
 pub struct ReadResult {
@@ -202,17 +228,34 @@ impl<V: Volume> PartitionLog<V> {
     }
 
     /// Makes every appended batch durable and advances the high watermark to the log end.
+    ///
+    /// A failed fsync is final for everything it covered: Linux may mark the dirty pages clean
+    /// after reporting the error, so they stay readable while nothing says they reached the
+    /// disk, and a second fsync succeeds without writing them (PostgreSQL's "fsyncgate").
+    /// The caller must not ack any of it, and must cut the log back to `durable_end` before
+    /// anyone reads it again.
     pub async fn sync(&mut self) -> Result<(), LogError> {
         let active = self.segments.last_mut().expect("active");
         if active.durable_len < active.size() {
             if !crate::mutant!(AckBeforeFsync) {
-                active.file.sync().await?;
+                let synced = active.file.sync().await;
+                if synced.is_err() && crate::mutant!(ServeAfterFailedFsync) {
+                    active.file.sync().await?;
+                } else {
+                    synced?;
+                }
             }
             active.durable_len = active.size();
         }
         self.high_watermark = self.log_end_offset();
         self.check_invariants();
         Ok(())
+    }
+
+    /// Where the durable part of the log ends: the active segment and its synced length.
+    pub fn durable_end(&self) -> DurableEnd {
+        let active = self.active();
+        DurableEnd { base_offset: active.base_offset, len: active.durable_len }
     }
 
     /// Whole batches starting with the one containing `offset`, up to `max_bytes` (but always
@@ -341,13 +384,19 @@ impl<V: Volume> PartitionLog<V> {
     }
 
     /// Deletes closed segments past `retention.ms` (by their largest timestamp) or beyond
-    /// `retention.bytes`, oldest first, moving the log start offset with them.
-    pub async fn enforce_retention(&mut self, now_ms: i64) -> Result<(), LogError> {
+    /// `retention.bytes`, oldest first, moving the log start offset with them. A segment is
+    /// deleted only once it lies wholly below `stable_end` (the last stable offset), so the
+    /// log start offset never passes the first offset of an open transaction: its records stay
+    /// until the transaction ends, and the last stable offset stays a readable offset.
+    pub async fn enforce_retention(&mut self, now_ms: i64, stable_end: i64) -> Result<(), LogError> {
         loop {
             if self.segments.len() < 2 {
                 break;
             }
             let oldest = &self.segments[0];
+            if oldest.next_offset > stable_end && !crate::mutant!(RetentionPastOpenTransaction) {
+                break;
+            }
             let expired = self.config.retention_ms >= 0
                 && oldest.max_timestamp >= 0
                 && now_ms - oldest.max_timestamp > self.config.retention_ms;
@@ -503,7 +552,7 @@ mod tests {
         let mut log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
         assert_eq!(log.log_start_offset(), 31);
         log.set_config(LogConfig { retention_ms: 100, ..small() });
-        log.enforce_retention(1125).await.unwrap();
+        log.enforce_retention(1125, i64::MAX).await.unwrap();
         assert!(log.log_start_offset() > 31);
         assert_eq!(log.high_watermark(), 60);
     }

@@ -39,11 +39,6 @@ const RETRY_DISPATCH_MS: u64 = 500;
 /// yet; cluster mode will make this the slot's ownership epoch.
 const COORDINATOR_EPOCH: i32 = 0;
 
-/// A simulator crash point: parks the task until the simulator crashes the broker.
-async fn crash_here() {
-    std::future::pending::<()>().await
-}
-
 /// The steps of EndTxn at which the simulator crashes the broker (`kaas-sim`'s txn-crash).
 pub const CRASH_POINTS: [&str; 5] =
     ["txn.before_prepare", "txn.after_prepare", "txn.between_markers", "txn.before_complete", "txn.after_complete"];
@@ -272,7 +267,7 @@ impl<E: Env> TxnCoordinator<E> {
             let command = tokio::select! {
                 biased;
                 command = rx.recv() => command,
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = self.env.clock().sleep_until(deadline) => {
                     self.tick(&mut after).await;
                     self.commit(after).await;
                     continue;
@@ -296,14 +291,14 @@ impl<E: Env> TxnCoordinator<E> {
         let preparing = after.iter().any(|a| matches!(a, After::Park(..)));
         let completing = after.iter().any(|a| matches!(a, After::Completed(_)));
         if preparing && crate::crash_point!("txn.before_prepare") {
-            crash_here().await;
+            crate::park_for_crash().await;
         }
         let flushed = self.store.flush(self.env.spawner()).await;
         if flushed.is_ok() && preparing && crate::crash_point!("txn.after_prepare") {
-            crash_here().await;
+            crate::park_for_crash().await;
         }
         if flushed.is_ok() && completing && crate::crash_point!("txn.after_complete") {
-            crash_here().await;
+            crate::park_for_crash().await;
         }
         if let Err(e) = &flushed {
             tracing::warn!(error = %e, "cannot persist transaction state; the requests are answered as retriable");
@@ -589,7 +584,7 @@ async fn write_markers(topics: &TopicsHandle, groups: &GroupsHandle, entry: &Txn
         for (i, written) in pending.into_iter().enumerate() {
             written.await.unwrap_or_else(|_| Err(CoreError::Storage("partition stopped".into())))?;
             if i == 0 && entry.partitions.len() > 1 && crate::crash_point!("txn.between_markers") {
-                crash_here().await;
+                crate::park_for_crash().await;
             }
         }
     }
@@ -597,7 +592,7 @@ async fn write_markers(topics: &TopicsHandle, groups: &GroupsHandle, entry: &Txn
         groups.complete_txn(group_id.clone(), entry.producer_id, commit).await?;
     }
     if crate::crash_point!("txn.before_complete") {
-        crash_here().await;
+        crate::park_for_crash().await;
     }
     Ok(())
 }

@@ -47,7 +47,7 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
                 changed = data_version.changed() => if changed.is_err() {
                     return encode(ApiKey::Fetch, &header, &response);
                 },
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = clock.sleep_until(deadline) => {}
             }
         }
     }))
@@ -56,7 +56,8 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
 /// One pass over the requested partitions; returns the response and the record bytes in it.
 async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, version: i16) -> (FetchResponse, usize) {
     let mut remaining = request.max_bytes.max(0) as usize;
-    let isolation = if request.isolation_level == 1 { Isolation::ReadCommitted } else { Isolation::ReadUncommitted };
+    let read_committed = request.isolation_level == 1 && !kaas_core::mutant!(FetchIgnoresIsolation);
+    let isolation = if read_committed { Isolation::ReadCommitted } else { Isolation::ReadUncommitted };
     let mut total = 0usize;
     let mut responses = Vec::new();
     for t in &request.topics {

@@ -59,3 +59,34 @@ pub fn check_producer_ids(instances: &[(String, i64)]) -> Vec<String> {
     }
     violations
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkers::b;
+
+    fn senders() -> BTreeMap<Bytes, Sender> {
+        let sender = |index| Sender { instance: "p.0".into(), producer_id: 7, index };
+        BTreeMap::from([(b("a0"), sender(0)), (b("a1"), sender(0)), (b("b"), sender(1)), (b("c"), sender(2))])
+    }
+
+    fn read(values: &[&str]) -> Vec<(i64, Bytes)> {
+        values.iter().enumerate().map(|(i, v)| (i as i64, b(v))).collect()
+    }
+
+    #[test]
+    fn an_instances_batches_in_order_pass_and_anything_else_is_named() {
+        assert!(check("p", &read(&["a0", "a1", "b"]), &senders()).is_empty(), "a prefix, in order");
+        let found = check("p", &read(&["a0", "a1", "c"]), &senders());
+        assert!(found[0].starts_with("sequence-gap"), "{found:?}");
+        let found = check("p", &read(&["a0", "a1", "b", "a0", "a1"]), &senders());
+        assert!(found[0].starts_with("reordered"), "{found:?}");
+    }
+
+    #[test]
+    fn a_producer_id_handed_to_two_instances_is_named() {
+        assert!(check_producer_ids(&[("a".into(), 1), ("b".into(), 2), ("a".into(), 1)]).is_empty());
+        let found = check_producer_ids(&[("a".into(), 1), ("b".into(), 1)]);
+        assert!(found[0].starts_with("pid-reuse: producer id 1"), "{found:?}");
+    }
+}

@@ -1,6 +1,9 @@
 //! A simulated Kafka client: the real wire protocol (kafka-protocol's structs, Kafka framing)
-//! over turmoil's network. Workloads are written against it; it survives broker crashes by
-//! reconnecting, and reports a lost connection as an indefinite outcome.
+//! over turmoil's network. `WireClient` is one connection to one broker and reports a lost
+//! connection as an indefinite outcome; `Client` (router.rs) is what workloads use: it finds
+//! partition leaders by Metadata and coordinators by FindCoordinator, as real clients do, keeps
+//! a connection per broker, and moves on when a broker says it is not the leader or not the
+//! coordinator.
 
 use std::io;
 
@@ -16,7 +19,9 @@ use kafka_protocol::records::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use turmoil::net::TcpStream;
 
+mod router;
 mod txn;
+pub use router::Client;
 pub use txn::Fetched;
 
 /// A request without an answer by then is indefinite: the connection is given up.
@@ -47,6 +52,21 @@ pub const CORRUPT_READ: i16 = -2;
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 /// Kafka's KAFKA_STORAGE_ERROR: the broker's volume failed; the write's effect is unknown.
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
+/// `Outcome::Failed` code of a request the client never sent: no broker could be reached, or
+/// none leads the partition or coordinates the key. Nothing happened.
+pub const NOT_SENT: i16 = -3;
+/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+/// What a broker's Metadata answer says of one topic: the brokers it names by node id, and
+/// each partition's leader.
+#[derive(Debug, Clone, Default)]
+pub struct TopicRoutes {
+    pub brokers: std::collections::BTreeMap<i32, String>,
+    pub topic_error: i16,
+    /// (partition, leader node id, leader epoch)
+    pub partitions: Vec<(i32, i32, i32)>,
+}
 
 fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
@@ -163,6 +183,14 @@ impl WireClient {
         ]);
         let response: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 7, &request).await?;
         Ok(response.topics.first().map(|t| t.error_code).unwrap_or(-1))
+    }
+
+    /// CreateTopics of one topic: its error code (0 created, 36 already there).
+    pub async fn create_topic_outcome(&mut self, name: &str, partitions: i32) -> Outcome<i16> {
+        match self.create_topic(name, partitions).await {
+            Ok(code) => Outcome::Ok(code),
+            Err(_) => Outcome::Indefinite,
+        }
     }
 
     /// Produces one uncompressed batch of `values` with acks=all; the base offset on success.
@@ -311,14 +339,89 @@ impl WireClient {
                 let Ok(set) = RecordBatchDecoder::decode(&mut records) else {
                     return Outcome::Failed(-2);
                 };
-                for r in set.records {
-                    if r.offset >= offset {
-                        out.push((r.offset, r.value.unwrap_or_default()));
-                    }
+                let skip_below = skipped_below(&set.records, offset);
+                for r in set.records.into_iter().filter(|r| r.offset >= skip_below) {
+                    out.push((r.offset, r.value.unwrap_or_default()));
                 }
             }
         }
         Outcome::Ok((out, p.high_watermark))
+    }
+
+    /// Metadata (v12) of one topic: the brokers and the partitions' leaders.
+    pub async fn metadata(&mut self, topic: &str) -> Outcome<TopicRoutes> {
+        use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(TopicName(text(topic))))]))
+            .with_allow_auto_topic_creation(false);
+        let response: MetadataResponse = match self.call(ApiKey::Metadata, 12, &request).await {
+            Ok(r) => r,
+            Err(_) => return Outcome::Indefinite,
+        };
+        let brokers = response.brokers.iter().map(|b| (b.node_id.0, b.host.to_string())).collect();
+        let Some(t) = response.topics.first() else { return Outcome::Failed(-1) };
+        let partitions = t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch)).collect();
+        Outcome::Ok(TopicRoutes { brokers, topic_error: t.error_code, partitions })
+    }
+
+    /// FindCoordinator (v3) of a group (key type 0) or transactional id (1): its host.
+    pub async fn find_coordinator(&mut self, key_type: i8, key: &str) -> Outcome<String> {
+        let request = FindCoordinatorRequest::default().with_key(text(key)).with_key_type(key_type);
+        match self.call::<_, FindCoordinatorResponse>(ApiKey::FindCoordinator, 3, &request).await {
+            Ok(r) if r.error_code == 0 => Outcome::Ok(r.host.to_string()),
+            Ok(r) => Outcome::Failed(r.error_code),
+            Err(_) => Outcome::Indefinite,
+        }
+    }
+
+    /// DeleteTopics (v4) of one topic by name.
+    pub async fn delete_topic(&mut self, name: &str) -> Outcome<()> {
+        let request =
+            DeleteTopicsRequest::default().with_topic_names(vec![TopicName(text(name))]).with_timeout_ms(10_000);
+        match self.call::<_, DeleteTopicsResponse>(ApiKey::DeleteTopics, 4, &request).await {
+            Ok(r) => match r.responses.first().map(|t| t.error_code) {
+                Some(0) => Outcome::Ok(()),
+                Some(code) => Outcome::Failed(code),
+                None => Outcome::Failed(-1),
+            },
+            Err(_) => Outcome::Indefinite,
+        }
+    }
+
+    /// ListOffsets (v7) of one partition: -2 asks for the log start offset, -1 the end (the
+    /// high watermark, or with `read_committed` the last stable offset).
+    pub async fn list_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        read_committed: bool,
+    ) -> Outcome<i64> {
+        use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(i8::from(read_committed))
+            .with_topics(vec![ListOffsetsTopic::default().with_name(TopicName(text(topic))).with_partitions(vec![
+                ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(timestamp),
+            ])]);
+        match self.call::<_, ListOffsetsResponse>(ApiKey::ListOffsets, 7, &request).await {
+            Ok(r) => match r.topics.first().and_then(|t| t.partitions.first()) {
+                Some(p) if p.error_code == 0 => Outcome::Ok(p.offset),
+                Some(p) => Outcome::Failed(p.error_code),
+                None => Outcome::Failed(-1),
+            },
+            Err(_) => Outcome::Indefinite,
+        }
+    }
+}
+
+/// The offset below which a batch's records are skipped, as Kafka's consumer skips them: the
+/// batch holding the fetch offset may start before it. A batch wholly below the fetch offset
+/// is not one the broker should have served, so its records are kept, for the checkers to see.
+pub(crate) fn skipped_below(records: &[Record], fetch_offset: i64) -> i64 {
+    match (records.first(), records.last()) {
+        (Some(first), Some(last)) if first.offset <= fetch_offset && fetch_offset <= last.offset => fetch_offset,
+        _ => i64::MIN,
     }
 }
 

@@ -263,14 +263,15 @@ impl WireClient {
                 let Ok(set) = RecordBatchDecoder::decode(&mut records) else {
                     return Outcome::Failed(super::CORRUPT_READ);
                 };
+                let skip_below = super::skipped_below(&set.records, offset);
                 for r in set.records {
                     while aborted.front().is_some_and(|&(first, _)| first <= r.offset) {
                         aborting.insert(aborted.pop_front().expect("checked").1);
                     }
-                    if r.offset < offset {
+                    if r.offset < skip_below {
                         continue;
                     }
-                    fetched.next_offset = r.offset + 1;
+                    fetched.next_offset = fetched.next_offset.max(r.offset + 1);
                     if r.control {
                         // The key's type: 0 ABORT, 1 COMMIT. Either ends the producer's transaction.
                         aborting.remove(&r.producer_id);

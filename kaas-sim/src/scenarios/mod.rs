@@ -1,71 +1,109 @@
-//! Scenarios: a workload, its faults and its checks, each a pure function of a seed.
+//! Scenarios: a workload, its faults and its checks over a drawn world. A world (`World`) is
+//! everything a seed decides, drawn once (`World::draw`) and then run (`World::run`); a seed
+//! file keeps the world whole, so a replay runs the same world whatever the drawing code has
+//! become since.
 
-mod common;
+pub mod common;
 pub mod copier;
 pub mod groups;
 pub mod idempotence;
 pub mod smoke;
+pub mod topics;
 pub mod transactions;
 
-/// What one seed of one scenario came to.
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// What one run of one world came to.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     pub pass: bool,
     /// A digest of everything observable: client outcomes and the final volume.
     pub trace: u64,
     pub sim_seconds: f64,
-    /// What failed, empty on a pass.
+    /// What failed, empty on a pass; each starts with its class (`lost-write: ...`).
     pub violations: Vec<String>,
     /// Where a failing run's JSONL history (every client call, outcome and time) was written.
     #[serde(default)]
     pub history: Option<String>,
-    /// What the seed chose: the scenario's knobs and the BUGGIFY sites it enabled.
-    #[serde(default)]
-    pub options: String,
+}
+
+/// The class of a violation: what precedes its first colon (`lost-write`, `assertion`).
+pub fn class(violation: &str) -> &str {
+    violation.split(':').next().unwrap_or(violation).trim()
+}
+
+/// Everything a seed decides for a scenario.
+pub trait World: Serialize + DeserializeOwned + std::fmt::Debug {
+    /// Draws the world of `seed`.
+    fn draw(seed: u64) -> Self;
+    /// Whether this build can run the world (it names no BUGGIFY site or crash point this
+    /// build lacks).
+    fn check(&self) -> Result<(), String>;
+    /// Runs the world; `seed` also seeds turmoil's own draws (message latencies).
+    fn run(&self, seed: u64) -> RunResult;
 }
 
 pub struct Scenario {
     pub name: &'static str,
     pub about: &'static str,
-    pub run: fn(u64) -> RunResult,
+    /// The world of a seed, as JSON.
+    pub draw: fn(u64) -> serde_json::Value,
+    /// Runs a world given as JSON.
+    pub run: fn(u64, &serde_json::Value) -> Result<RunResult, String>,
+}
+
+fn draw<W: World>(seed: u64) -> serde_json::Value {
+    serde_json::to_value(W::draw(seed)).expect("a world serialises")
+}
+
+fn run<W: World>(seed: u64, world: &serde_json::Value) -> Result<RunResult, String> {
+    let world: W = serde_json::from_value(world.clone()).map_err(|e| format!("the world does not fit: {e}"))?;
+    world.check()?;
+    Ok(world.run(seed))
+}
+
+const fn scenario<W: World>(name: &'static str, about: &'static str) -> Scenario {
+    Scenario { name, about, draw: draw::<W>, run: run::<W> }
 }
 
 pub const ALL: &[Scenario] = &[
-    Scenario {
-        name: "smoke",
-        about: "one broker, acks=all producer and reader over the wire, crash + restart with torn writes",
-        run: smoke::run,
-    },
-    Scenario {
-        name: "groups",
-        about: "a consumer group of member hosts over several partitions; broker and member crashes, rebalances",
-        run: groups::run,
-    },
-    Scenario {
-        name: "idempotence",
-        about: "idempotent producers, five requests in flight, retrying through crashes: no batch written twice",
-        run: idempotence::run,
-    },
-    Scenario {
-        name: "txn-crash",
-        about: "transactional producers and read_committed readers; the broker crashes at every step of EndTxn",
-        run: transactions::run_crash,
-    },
-    Scenario {
-        name: "txn-zombie",
-        about: "a second instance fences each transactional.id; the old one's late requests must not take effect",
-        run: transactions::run_zombie,
-    },
-    Scenario {
-        name: "txn-timeout",
-        about: "producers quiet past their transaction timeout, one gone: the reaper aborts and fences them",
-        run: transactions::run_timeout,
-    },
-    Scenario {
-        name: "txn-copier",
-        about: "consume-transform-produce copiers committing offsets in their transactions, crashing and coming back as zombies",
-        run: copier::run,
-    },
+    scenario::<smoke::Smoke>(
+        "smoke",
+        "one broker, acks=all/1/0 producers and a committing reader over the wire; crashes, pauses, clock trouble, torn writes",
+    ),
+    scenario::<smoke::ClusterSmoke>(
+        "cluster-smoke",
+        "two broker hosts on one volume, each serving its own topic; clients route by Metadata and FindCoordinator",
+    ),
+    scenario::<groups::Groups>(
+        "groups",
+        "a consumer group of member hosts over several partitions; broker and member crashes, rebalances",
+    ),
+    scenario::<idempotence::Idempotence>(
+        "idempotence",
+        "idempotent producers, five requests in flight, retrying through crashes: no batch written twice",
+    ),
+    scenario::<transactions::TxnCrash>(
+        "txn-crash",
+        "transactional producers and read_committed readers; the broker crashes at every step of EndTxn",
+    ),
+    scenario::<transactions::TxnZombie>(
+        "txn-zombie",
+        "a second instance fences each transactional.id; the old one's late requests must not take effect",
+    ),
+    scenario::<transactions::TxnTimeout>(
+        "txn-timeout",
+        "producers quiet past their transaction timeout, one gone: the reaper aborts and fences them",
+    ),
+    scenario::<copier::Copier>(
+        "txn-copier",
+        "consume-transform-produce copiers committing offsets in their transactions, pausing and resuming as zombies",
+    ),
+    scenario::<topics::TopicChurn>(
+        "topic-churn",
+        "a topic deleted and created again under its producers, the broker crashing mid-deletion: no record outlives its topic",
+    ),
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {

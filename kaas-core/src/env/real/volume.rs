@@ -1,7 +1,7 @@
 //! `Volume` over std::fs, each operation on tokio's blocking pool.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, ErrorKind, Write};
+use std::io::{self, ErrorKind};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -101,8 +101,19 @@ impl Volume for RealVolume {
     type File = RealFile;
 
     async fn create_dir_all(&self, path: &str) -> io::Result<()> {
-        let path = self.path(path);
-        blocking(move || fs::create_dir_all(path)).await
+        let full = self.path(path);
+        blocking(move || {
+            // Each directory this creates is durable only once its parent is synced.
+            let missing: Vec<PathBuf> = full.ancestors().take_while(|d| !d.exists()).map(Path::to_path_buf).collect();
+            fs::create_dir_all(&full)?;
+            for dir in missing.iter().rev() {
+                if let Some(parent) = dir.parent() {
+                    sync_dir(parent)?;
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn open(&self, path: &str) -> io::Result<RealFile> {
@@ -120,6 +131,15 @@ impl Volume for RealVolume {
         .await
     }
 
+    async fn create(&self, path: &str) -> io::Result<RealFile> {
+        let full = self.path(path);
+        blocking(move || {
+            let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&full)?;
+            Ok(RealFile { file: Arc::new(file), len: Arc::new(AtomicU64::new(0)) })
+        })
+        .await
+    }
+
     async fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
         let full = self.path(path);
         blocking(move || match fs::read(full) {
@@ -130,20 +150,14 @@ impl Volume for RealVolume {
         .await
     }
 
-    async fn write_atomic(&self, path: &str, data: Bytes) -> io::Result<()> {
-        let full = self.path(path);
-        let dir = self.path(parent(path));
-        blocking(move || {
-            let tmp = full.with_extension("tmp");
-            {
-                let mut file = File::create(&tmp)?;
-                file.write_all(&data)?;
-                file.sync_all()?;
-            }
-            fs::rename(&tmp, &full)?;
-            sync_dir(&dir)
-        })
-        .await
+    async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (self.path(from), self.path(to));
+        blocking(move || fs::rename(from, to)).await
+    }
+
+    async fn sync_dir(&self, dir: &str) -> io::Result<()> {
+        let dir = self.path(dir);
+        blocking(move || sync_dir(&dir)).await
     }
 
     async fn list(&self, dir: &str) -> io::Result<Vec<String>> {

@@ -1,0 +1,497 @@
+//! `Client`: what a simulated workload talks to, a Kafka client over a set of brokers. Like
+//! librdkafka or the Java client it learns partition leaders from Metadata and coordinators
+//! from FindCoordinator (asking its bootstrap brokers in order), keeps one connection per
+//! broker, and forgets what it learnt when a broker answers NOT_LEADER_OR_FOLLOWER,
+//! NOT_COORDINATOR and the like, or a connection breaks, so the caller's retry is routed
+//! afresh. Every request it sends is recorded in the run's history.
+//!
+//! Outcomes are the wire client's; a request it could not send at all (no broker reachable,
+//! no leader known) is `Failed(NOT_SENT)`: nothing happened, and the caller may retry.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{Fetched, Joined, Member, NOT_SENT, Outcome, ProducerStamp, UNKNOWN_TOPIC_OR_PARTITION, WireClient};
+use crate::history::{History, outcome_name};
+use crate::hosts::BROKER_PORT;
+
+/// Codes that say the partition's leader is elsewhere or unknown: look it up again.
+const LEADER_MOVED: [i16; 4] = [
+    UNKNOWN_TOPIC_OR_PARTITION,
+    5,  /* LEADER_NOT_AVAILABLE */
+    6,  /* NOT_LEADER_OR_FOLLOWER */
+    74, /* FENCED_LEADER_EPOCH */
+];
+/// Codes that say the coordinator is elsewhere or not ready: look it up again.
+const COORDINATOR_MOVED: [i16; 3] = [
+    14, /* COORDINATOR_LOAD_IN_PROGRESS */
+    15, /* COORDINATOR_NOT_AVAILABLE */
+    16, /* NOT_COORDINATOR */
+];
+const GROUP: i8 = 0;
+const TRANSACTION: i8 = 1;
+/// How long a connection attempt may take before the broker counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where a request must go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    /// Any broker (the first bootstrap broker that answers).
+    Any,
+    /// One named broker.
+    Broker(String),
+    /// The leader of a partition.
+    Leader(String, i32),
+    /// The coordinator of a group (key type 0) or a transactional id (1).
+    Coordinator(i8, String),
+}
+
+/// Sends `$call` (an expression over the connection `$c`) to broker `$host`, as `$api`, for
+/// `$route`.
+macro_rules! on_host {
+    ($self:ident, $host:expr, $route:expr, $api:literal, |$c:ident| $call:expr) => {{
+        let host: String = $host;
+        let outcome = match $self.connection(&host).await {
+            Some($c) => $call.await,
+            None => Outcome::Failed(NOT_SENT),
+        };
+        $self.after(&host, $route, $api, outcome)
+    }};
+}
+
+/// Sends `$call` (an expression over the connection `$c`) along `$route`, as `$api`.
+macro_rules! routed {
+    ($self:ident, $route:expr, $api:literal, |$c:ident| $call:expr) => {{
+        let route = $route;
+        match $self.resolve(&route).await {
+            None => $self.unsent(&route, $api),
+            Some(host) => on_host!($self, host, &route, $api, |$c| $call),
+        }
+    }};
+}
+
+pub struct Client {
+    name: String,
+    bootstrap: Vec<String>,
+    history: History,
+    connections: BTreeMap<String, WireClient>,
+    leaders: BTreeMap<(String, i32), String>,
+    coordinators: BTreeMap<(i8, String), String>,
+    /// The broker whose connection carries the pipelined produce requests in flight.
+    pipeline: Option<String>,
+}
+
+impl Client {
+    /// A client named `name` (its name in the history) with `bootstrap` broker hosts.
+    pub fn new(name: impl Into<String>, bootstrap: &[String], history: &History) -> Client {
+        assert!(!bootstrap.is_empty(), "a client needs a bootstrap broker");
+        Client {
+            name: name.into(),
+            bootstrap: bootstrap.to_vec(),
+            history: history.clone(),
+            connections: BTreeMap::new(),
+            leaders: BTreeMap::new(),
+            coordinators: BTreeMap::new(),
+            pipeline: None,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The connection to `host`, opened if there is none (or the last one broke).
+    async fn connection(&mut self, host: &str) -> Option<&mut WireClient> {
+        if self.connections.get(host).is_some_and(WireClient::is_broken) {
+            self.connections.remove(host);
+        }
+        if !self.connections.contains_key(host) {
+            let connecting = WireClient::connect(host, BROKER_PORT);
+            let connected = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await.ok()?.ok()?;
+            self.connections.insert(host.to_string(), connected);
+        }
+        self.connections.get_mut(host)
+    }
+
+    /// Forgets every route through `host` and its connection.
+    fn forget_host(&mut self, host: &str) {
+        self.connections.remove(host);
+        self.leaders.retain(|_, h| h != host);
+        self.coordinators.retain(|_, h| h != host);
+        if self.pipeline.as_deref() == Some(host) {
+            self.pipeline = None;
+        }
+    }
+
+    fn forget_route(&mut self, route: &Route) {
+        match route {
+            Route::Leader(topic, partition) => {
+                self.leaders.remove(&(topic.clone(), *partition));
+            }
+            Route::Coordinator(key_type, key) => {
+                self.coordinators.remove(&(*key_type, key.clone()));
+            }
+            Route::Any | Route::Broker(_) => {}
+        }
+    }
+
+    /// The broker `route` names, looked up if it is not known.
+    async fn resolve(&mut self, route: &Route) -> Option<String> {
+        match route {
+            Route::Any => {
+                for host in self.bootstrap.clone() {
+                    if self.connection(&host).await.is_some() {
+                        return Some(host);
+                    }
+                }
+                None
+            }
+            Route::Broker(host) => Some(host.clone()),
+            Route::Leader(topic, partition) => {
+                if let Some(host) = self.leaders.get(&(topic.clone(), *partition)) {
+                    return Some(host.clone());
+                }
+                self.refresh_metadata(topic).await;
+                self.leaders.get(&(topic.clone(), *partition)).cloned()
+            }
+            Route::Coordinator(key_type, key) => {
+                if let Some(host) = self.coordinators.get(&(*key_type, key.clone())) {
+                    return Some(host.clone());
+                }
+                for bootstrap in self.bootstrap.clone() {
+                    let outcome = on_host!(self, bootstrap, &Route::Any, "find-coordinator", |c| c
+                        .find_coordinator(*key_type, key));
+                    if let Outcome::Ok(host) = outcome {
+                        self.coordinators.insert((*key_type, key.clone()), host.clone());
+                        return Some(host);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Asks the bootstrap brokers in turn for `topic`'s leaders, until one knows the topic.
+    async fn refresh_metadata(&mut self, topic: &str) {
+        for bootstrap in self.bootstrap.clone() {
+            let outcome = on_host!(self, bootstrap, &Route::Any, "metadata", |c| c.metadata(topic));
+            let Outcome::Ok(routes) = outcome else { continue };
+            if routes.topic_error != 0 {
+                continue;
+            }
+            for (partition, leader, _epoch) in routes.partitions {
+                if let Some(host) = routes.brokers.get(&leader) {
+                    self.leaders.insert((topic.to_string(), partition), host.clone());
+                }
+            }
+            return;
+        }
+    }
+
+    /// What comes of a request sent (or not) to `host`: recorded; a lost connection forgets
+    /// the host's routes, and an answer that says the route moved forgets the route, so that
+    /// the caller's retry looks it up again.
+    fn after<T>(&mut self, host: &str, route: &Route, api: &'static str, outcome: Outcome<T>) -> Outcome<T> {
+        match &outcome {
+            Outcome::Indefinite | Outcome::Failed(NOT_SENT) => self.forget_host(host),
+            Outcome::Failed(code) if LEADER_MOVED.contains(code) || COORDINATOR_MOVED.contains(code) => {
+                self.forget_route(route)
+            }
+            _ => {}
+        }
+        self.history.record(&self.name, api, &outcome_name(&outcome), serde_json::json!({"broker": host}));
+        outcome
+    }
+
+    /// A request that could not be routed: recorded, and not sent.
+    fn unsent<T>(&mut self, route: &Route, api: &'static str) -> Outcome<T> {
+        self.history.record(&self.name, api, "unsent", serde_json::json!({"route": format!("{route:?}")}));
+        Outcome::Failed(NOT_SENT)
+    }
+
+    pub async fn create_topic(&mut self, name: &str, partitions: i32) -> Outcome<i16> {
+        routed!(self, Route::Any, "create-topics", |c| c.create_topic_outcome(name, partitions))
+    }
+
+    pub async fn delete_topic(&mut self, name: &str) -> Outcome<()> {
+        let deleted = routed!(self, Route::Any, "delete-topics", |c| c.delete_topic(name));
+        self.leaders.retain(|(topic, _), _| topic != name);
+        deleted
+    }
+
+    /// Produces one batch with `acks` to the partition's leader (acks=0: always indefinite).
+    pub async fn produce_acks(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        values: &[Bytes],
+        timestamp_ms: i64,
+        acks: i16,
+    ) -> Outcome<i64> {
+        let route = Route::Leader(topic.to_string(), partition);
+        routed!(self, route, "produce", |c| c.produce_acks(topic, partition, values, timestamp_ms, acks))
+    }
+
+    pub async fn produce(&mut self, topic: &str, partition: i32, values: &[Bytes], timestamp_ms: i64) -> Outcome<i64> {
+        self.produce_acks(topic, partition, values, timestamp_ms, -1).await
+    }
+
+    pub async fn fetch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> Outcome<(Vec<(i64, Bytes)>, i64)> {
+        let route = Route::Leader(topic.to_string(), partition);
+        routed!(self, route, "fetch", |c| c.fetch(topic, partition, offset, max_wait_ms))
+    }
+
+    pub async fn fetch_committed(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> Outcome<Fetched> {
+        let route = Route::Leader(topic.to_string(), partition);
+        routed!(self, route, "fetch-committed", |c| c.fetch_committed(topic, partition, offset, max_wait_ms))
+    }
+
+    pub async fn list_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        read_committed: bool,
+    ) -> Outcome<i64> {
+        let route = Route::Leader(topic.to_string(), partition);
+        routed!(self, route, "list-offsets", |c| c.list_offset(topic, partition, timestamp, read_committed))
+    }
+
+    pub async fn committed_offset(&mut self, group: &str, topic: &str, partition: i32) -> Outcome<i64> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "offset-fetch", |c| c.committed_offset(group, topic, partition))
+    }
+
+    pub async fn committed_offsets_stable(
+        &mut self,
+        group: &str,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Outcome<Vec<i64>> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "offset-fetch-stable", |c| c.committed_offsets_stable(group, topic, partitions))
+    }
+
+    pub async fn commit_offset(&mut self, group: &str, topic: &str, partition: i32, offset: i64) -> Outcome<()> {
+        self.commit_as(group, &Member::default(), topic, partition, offset).await
+    }
+
+    pub async fn commit_as(
+        &mut self,
+        group: &str,
+        member: &Member,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Outcome<()> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "offset-commit", |c| c.commit_as(group, member, topic, partition, offset))
+    }
+
+    pub async fn join_group(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        session_timeout_ms: i32,
+        rebalance_timeout_ms: i32,
+    ) -> Outcome<Joined> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "join-group", |c| c.join_group(group, member_id, session_timeout_ms, rebalance_timeout_ms))
+    }
+
+    pub async fn sync_group(
+        &mut self,
+        group: &str,
+        member: &Member,
+        assignments: &[(String, Vec<i32>)],
+        rebalance_timeout_ms: i32,
+    ) -> Outcome<Vec<i32>> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "sync-group", |c| c.sync_group(group, member, assignments, rebalance_timeout_ms))
+    }
+
+    pub async fn heartbeat(&mut self, group: &str, member: &Member) -> Outcome<()> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "heartbeat", |c| c.heartbeat(group, member))
+    }
+
+    pub async fn leave_group(&mut self, group: &str, member: &Member) -> Outcome<()> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "leave-group", |c| c.leave_group(group, member))
+    }
+
+    /// InitProducerId without a transactional id, from any broker.
+    pub async fn init_producer_id(&mut self) -> Outcome<(i64, i16)> {
+        routed!(self, Route::Any, "init-producer-id", |c| c.init_producer_id())
+    }
+
+    /// Sends one idempotent batch to the partition's leader without waiting for its answer;
+    /// `recv_produce` reads the answers in the order sent. Every batch in flight goes to one
+    /// broker: a caller must let the pipeline drain (or break) before writing elsewhere.
+    pub async fn send_produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        values: &[Bytes],
+        timestamp_ms: i64,
+        stamp: ProducerStamp,
+    ) -> io::Result<()> {
+        let route = Route::Leader(topic.to_string(), partition);
+        let Some(host) = self.resolve(&route).await else {
+            self.history.record(&self.name, "produce", "unsent", serde_json::json!({"route": format!("{route:?}")}));
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        assert!(self.pipeline.as_ref().is_none_or(|h| *h == host), "one broker's pipeline at a time");
+        let Some(connection) = self.connection(&host).await else {
+            self.forget_host(&host);
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        let sent = connection.send_produce(topic, partition, values, timestamp_ms, stamp).await;
+        self.pipeline = Some(host);
+        sent
+    }
+
+    /// The answer to the oldest produce in flight.
+    pub async fn recv_produce(&mut self) -> Outcome<i64> {
+        let Some(host) = self.pipeline.clone() else { return Outcome::Failed(NOT_SENT) };
+        let outcome = match self.connections.get_mut(&host) {
+            Some(connection) => connection.recv_produce().await,
+            None => Outcome::Indefinite,
+        };
+        if let Outcome::Failed(code) = outcome
+            && LEADER_MOVED.contains(&code)
+        {
+            self.leaders.retain(|_, h| *h != host);
+        }
+        if outcome == Outcome::Indefinite {
+            self.forget_host(&host);
+        }
+        self.history.record(&self.name, "produce", &outcome_name(&outcome), serde_json::json!({"broker": host}));
+        outcome
+    }
+
+    /// Whether the produce pipeline is gone (its connection broke): start it over.
+    pub fn pipeline_broken(&self) -> bool {
+        match &self.pipeline {
+            Some(host) => self.connections.get(host).is_none_or(WireClient::is_broken),
+            None => false,
+        }
+    }
+
+    /// Ends the pipeline once nothing is in flight: the next batch may go to another broker.
+    pub fn end_pipeline(&mut self) {
+        self.pipeline = None;
+    }
+
+    /// Drops the pipeline's connection, so that the next batch is sent afresh.
+    pub fn reset_pipeline(&mut self) {
+        if let Some(host) = self.pipeline.take() {
+            self.forget_host(&host);
+        }
+    }
+
+    pub async fn init_txn_producer(
+        &mut self,
+        transactional_id: &str,
+        transaction_timeout_ms: i32,
+        current: Option<(i64, i16)>,
+    ) -> Outcome<(i64, i16)> {
+        let route = Route::Coordinator(TRANSACTION, transactional_id.to_string());
+        routed!(self, route, "init-producer-id", |c| c.init_txn_producer(
+            transactional_id,
+            transaction_timeout_ms,
+            current
+        ))
+    }
+
+    pub async fn add_partitions_to_txn(
+        &mut self,
+        transactional_id: &str,
+        ids: (i64, i16),
+        topic: &str,
+        partitions: &[i32],
+    ) -> Outcome<()> {
+        let route = Route::Coordinator(TRANSACTION, transactional_id.to_string());
+        routed!(self, route, "add-partitions-to-txn", |c| c.add_partitions_to_txn(
+            transactional_id,
+            ids,
+            topic,
+            partitions
+        ))
+    }
+
+    pub async fn add_offsets_to_txn(&mut self, transactional_id: &str, ids: (i64, i16), group: &str) -> Outcome<()> {
+        let route = Route::Coordinator(TRANSACTION, transactional_id.to_string());
+        routed!(self, route, "add-offsets-to-txn", |c| c.add_offsets_to_txn(transactional_id, ids, group))
+    }
+
+    /// TxnOffsetCommit goes to the group's coordinator, not the transaction's.
+    pub async fn txn_offset_commit(
+        &mut self,
+        transactional_id: &str,
+        ids: (i64, i16),
+        group: &str,
+        topic: &str,
+        offsets: &[(i32, i64)],
+    ) -> Outcome<()> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "txn-offset-commit", |c| c.txn_offset_commit(transactional_id, ids, group, topic, offsets))
+    }
+
+    pub async fn end_txn(&mut self, transactional_id: &str, ids: (i64, i16), commit: bool) -> Outcome<()> {
+        let route = Route::Coordinator(TRANSACTION, transactional_id.to_string());
+        routed!(self, route, "end-txn", |c| c.end_txn(transactional_id, ids, commit))
+    }
+
+    pub async fn produce_txn(
+        &mut self,
+        transactional_id: &str,
+        topic: &str,
+        partition: i32,
+        values: &[Bytes],
+        timestamp_ms: i64,
+        stamp: ProducerStamp,
+    ) -> Outcome<i64> {
+        let route = Route::Leader(topic.to_string(), partition);
+        routed!(self, route, "produce-txn", |c| c.produce_txn(
+            transactional_id,
+            topic,
+            partition,
+            values,
+            timestamp_ms,
+            stamp
+        ))
+    }
+
+    /// ListTransactions of every bootstrap broker, together; `Failed` unless every one answered.
+    pub async fn list_transactions(&mut self) -> Outcome<Vec<(String, String)>> {
+        let mut all = Vec::new();
+        for host in self.bootstrap.clone() {
+            match routed!(self, Route::Broker(host), "list-transactions", |c| c.list_transactions()) {
+                Outcome::Ok(listed) => all.extend(listed),
+                Outcome::Failed(code) => return Outcome::Failed(code),
+                Outcome::Indefinite => return Outcome::Indefinite,
+            }
+        }
+        Outcome::Ok(all)
+    }
+}

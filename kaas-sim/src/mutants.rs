@@ -1,0 +1,109 @@
+//! The catalogue of deliberate bugs and the violation each must be caught by. A mutant counts
+//! as caught only by a run of one of its scenarios that reports one of its classes (a named
+//! checker violation, or `assertion` for a broker assertion), on a world that passes with the
+//! mutant off; a hang, a harness panic or any other class catches nothing.
+
+use kaas_core::sim::Mutant;
+
+pub struct MutantSpec {
+    pub mutant: Mutant,
+    /// The violation classes the bug plants.
+    pub catches: &'static [&'static str],
+    /// The scenarios whose worlds reach the bug, searched in this order.
+    pub scenarios: &'static [&'static str],
+}
+
+pub const SPECS: &[MutantSpec] = &[
+    MutantSpec { mutant: Mutant::AckBeforeFsync, catches: &["lost-write"], scenarios: &["smoke", "idempotence"] },
+    MutantSpec { mutant: Mutant::SkipCrcOnRecovery, catches: &["corrupt-read"], scenarios: &["smoke", "idempotence"] },
+    MutantSpec {
+        mutant: Mutant::HwmNotRestored,
+        catches: &["nonmonotonic-hwm", "assertion"],
+        scenarios: &["smoke", "groups"],
+    },
+    MutantSpec { mutant: Mutant::FetchPastHwm, catches: &["inconsistent-offsets"], scenarios: &["smoke", "groups"] },
+    MutantSpec {
+        mutant: Mutant::OffsetCommitInMemory,
+        catches: &["commit-backwards"],
+        scenarios: &["smoke", "groups"],
+    },
+    MutantSpec { mutant: Mutant::CommitIgnoresGeneration, catches: &["fenced-commit"], scenarios: &["groups"] },
+    MutantSpec { mutant: Mutant::DedupeWindowOfOne, catches: &["duplicate"], scenarios: &["idempotence"] },
+    MutantSpec { mutant: Mutant::SnapshotWithoutTailScan, catches: &["duplicate"], scenarios: &["idempotence"] },
+    MutantSpec { mutant: Mutant::PidBlockPersistedAfterUse, catches: &["pid-reuse"], scenarios: &["idempotence"] },
+    MutantSpec {
+        mutant: Mutant::CompleteBeforeMarkersDurable,
+        catches: &["lost-commit", "torn-transaction"],
+        scenarios: &["txn-crash", "txn-timeout", "txn-zombie"],
+    },
+    MutantSpec { mutant: Mutant::SkipCrossPartitionFence, catches: &["aborted-read"], scenarios: &["txn-zombie"] },
+    MutantSpec {
+        mutant: Mutant::PendingOffsetsInMemory,
+        catches: &["output-without-offset", "offset-without-output"],
+        scenarios: &["txn-copier"],
+    },
+    MutantSpec {
+        mutant: Mutant::LsoNotClamped,
+        catches: &["uncommitted-read"],
+        scenarios: &["txn-crash", "txn-zombie"],
+    },
+    MutantSpec {
+        mutant: Mutant::ReaperWithoutEpochBump,
+        catches: &["torn-transaction", "aborted-read"],
+        scenarios: &["txn-timeout"],
+    },
+    MutantSpec {
+        mutant: Mutant::NoPartitionVerification,
+        catches: &["lso-stuck", "aborted-read"],
+        scenarios: &["txn-zombie", "txn-timeout"],
+    },
+    MutantSpec {
+        mutant: Mutant::AtomicReplaceSkipsDirSync,
+        catches: &["pid-reuse", "commit-backwards"],
+        scenarios: &["idempotence", "smoke"],
+    },
+    MutantSpec {
+        mutant: Mutant::ServeAfterFailedFsync,
+        catches: &["lost-write"],
+        scenarios: &["smoke", "idempotence"],
+    },
+    MutantSpec {
+        mutant: Mutant::RetentionPastOpenTransaction,
+        catches: &["lso-past-open-transaction"],
+        scenarios: &["txn-crash", "txn-timeout"],
+    },
+    MutantSpec { mutant: Mutant::RecreateKeepsStalePartitions, catches: &["stale-read"], scenarios: &["topic-churn"] },
+    MutantSpec {
+        mutant: Mutant::FetchIgnoresIsolation,
+        catches: &["uncommitted-read"],
+        scenarios: &["txn-crash", "txn-zombie"],
+    },
+    MutantSpec { mutant: Mutant::FencedAnsweredRetriable, catches: &["wrong-error"], scenarios: &["txn-zombie"] },
+];
+
+pub fn spec(mutant: Mutant) -> &'static MutantSpec {
+    SPECS.iter().find(|s| s.mutant == mutant).expect("every mutant has a spec")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mutant_has_one_spec_with_known_scenarios() {
+        for mutant in Mutant::ALL {
+            assert_eq!(SPECS.iter().filter(|s| s.mutant == mutant).count(), 1, "{}", mutant.name());
+        }
+        for s in SPECS {
+            assert!(!s.catches.is_empty() && !s.scenarios.is_empty(), "{}", s.mutant.name());
+            for name in s.scenarios {
+                assert!(crate::scenarios::find(name).is_some(), "{}: no scenario {name}", s.mutant.name());
+            }
+            assert!(
+                !s.catches.iter().any(|c| ["hang", "harness-panic", "liveness"].contains(c)),
+                "{}",
+                s.mutant.name()
+            );
+        }
+    }
+}
