@@ -259,6 +259,10 @@ struct PartitionActor<E: Env> {
     /// Set by a failed write or sync: the log must be cut back to this before it is reopened,
     /// since the bytes after it may read back fine and still be gone after a crash.
     cut_before_open: Option<DurableEnd>,
+    /// The coordinator's fences (producer id -> epoch) not yet in a snapshot: the producer
+    /// state is rebuilt from the log and the last snapshot whenever the log is reopened, and
+    /// neither holds a fence, so they are applied again after every (re)open.
+    fences: BTreeMap<i64, i16>,
 }
 
 /// Opens the partition at `dir` and starts its actor.
@@ -288,6 +292,7 @@ pub async fn start<E: Env>(
         producers: ProducerStates::default(),
         segments_at_snapshot: 0,
         cut_before_open: None,
+        fences: BTreeMap::new(),
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
@@ -314,6 +319,9 @@ impl<E: Env> PartitionActor<E> {
                     self.cut_before_open = None;
                     self.segments_at_snapshot = log.segment_count();
                     self.producers = producers;
+                    for (&producer_id, &producer_epoch) in &self.fences {
+                        self.producers.fence(producer_id, producer_epoch);
+                    }
                     self.log = Some(log);
                     self.reopened_at = self.markers_written;
                     self.unsynced_ends.clear();
@@ -417,7 +425,13 @@ impl<E: Env> PartitionActor<E> {
         assert_eq!(log.high_watermark(), log.log_end_offset(), "a snapshot is taken with nothing unsynced");
         let (offset, segments) = (log.log_end_offset(), log.segment_count());
         match snapshot::write(self.env.volume(), &self.dir, offset, &self.producers).await {
-            Ok(()) => self.segments_at_snapshot = segments,
+            Ok(()) => {
+                self.segments_at_snapshot = segments;
+                // The snapshot holds every fence a producer it knows has taken; a producer it
+                // does not know is not in the log, so its fence has nothing to refuse.
+                let producers = &self.producers;
+                self.fences.retain(|pid, epoch| producers.get(*pid).is_some_and(|e| e.producer_epoch < *epoch));
+            }
             Err(e) => tracing::warn!(dir = %self.dir, error = %e, "cannot write the producer state snapshot"),
         }
     }
@@ -445,6 +459,30 @@ impl<E: Env> PartitionActor<E> {
         command: Command,
         acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
     ) {
+        // Fences and settings are kept whether or not the log can be opened now: losing one
+        // would let a fenced producer write, or a partition run on old settings.
+        let command = match command {
+            Command::Fence(epochs) => {
+                if !crate::mutant!(SkipCrossPartitionFence) {
+                    for (&producer_id, &producer_epoch) in epochs.iter() {
+                        let fenced = self.fences.entry(producer_id).or_insert(producer_epoch);
+                        *fenced = (*fenced).max(producer_epoch);
+                        self.producers.fence(producer_id, producer_epoch);
+                    }
+                }
+                return;
+            }
+            Command::SetConfig(settings) => {
+                if let Some(log) = self.log.as_mut() {
+                    log.set_config(settings.log);
+                }
+                self.config = settings.log;
+                self.max_message_bytes = settings.max_message_bytes;
+                self.producer_id_expiration_ms = settings.producer_id_expiration_ms;
+                return;
+            }
+            command => command,
+        };
         let max_message_bytes = self.max_message_bytes;
         let now_ms = self.env.clock().now_ms();
         if self.ensure_open().await.is_none() {
@@ -535,13 +573,6 @@ impl<E: Env> PartitionActor<E> {
                     }
                 }
             }
-            Command::Fence(epochs) => {
-                if !crate::mutant!(SkipCrossPartitionFence) {
-                    for (&producer_id, &producer_epoch) in epochs.iter() {
-                        self.producers.fence(producer_id, producer_epoch);
-                    }
-                }
-            }
             Command::Read { offset, max_bytes, isolation, reply } => {
                 // A short read still holds a whole batch: consumers must cope with any split.
                 let max_bytes = if crate::buggify!("partition.short_read") { 1 } else { max_bytes };
@@ -569,12 +600,6 @@ impl<E: Env> PartitionActor<E> {
                 self.publish();
                 let _ = reply.send(result);
             }
-            Command::SetConfig(settings) => {
-                log.set_config(settings.log);
-                self.config = settings.log;
-                self.max_message_bytes = settings.max_message_bytes;
-                self.producer_id_expiration_ms = settings.producer_id_expiration_ms;
-            }
             Command::EnforceRetention => {
                 let stable_end = watermarks_of(log, &self.producers, &self.unsynced_ends).last_stable_offset;
                 if let Err(e) = log.enforce_retention(now_ms, stable_end).await {
@@ -589,6 +614,7 @@ impl<E: Env> PartitionActor<E> {
                 let _ = reply.send(Ok(producers));
             }
             Command::Stop { .. } => unreachable!("handled by run"),
+            Command::Fence(_) | Command::SetConfig(_) => unreachable!("handled before the log is opened"),
         }
     }
 

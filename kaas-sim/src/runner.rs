@@ -26,6 +26,24 @@ thread_local! {
     static HISTORY: RefCell<Option<History>> = const { RefCell::new(None) };
 }
 
+/// With `KAAS_SIM_LOG` set (an env-filter, e.g. `kaas_core=debug`), the broker's logs go to
+/// standard error, stamped with simulated time, never wall time.
+pub fn install_logging() {
+    struct SimTime;
+    impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+        fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+            write!(w, "{:>10.3}s", crate::env::world_elapsed().as_secs_f64())
+        }
+    }
+    let Ok(filter) = std::env::var("KAAS_SIM_LOG") else { return };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_timer(SimTime)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
 /// Records the first panic (the broker's assertion, if it is one) for `run_world`, then lets
 /// the default hook print it.
 pub fn install_panic_hook() {
@@ -90,8 +108,9 @@ pub fn run_world(
     kaas_core::sim::set_mutant(mutant);
     WALL_DEADLINE.with(|d| d.set(Some(Instant::now() + wall_limit)));
     HISTORY.with(|h| *h.borrow_mut() = None);
+    let started = Instant::now();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| (scenario.run)(seed, world)));
-    let result = match outcome {
+    let result: RunResult = match outcome {
         Ok(result) => result?,
         Err(_) => {
             let violation = broker_assertion().unwrap_or_else(|| {
@@ -106,5 +125,5 @@ pub fn run_world(
         }
     };
     kaas_core::sim::set_mutant(None);
-    Ok(result)
+    Ok(RunResult { wall_seconds: started.elapsed().as_secs_f64(), ..result })
 }

@@ -504,17 +504,14 @@ impl SimVolume {
     }
 
     /// Creates the missing directories of `full`, each recorded as an entry of its parent.
-    fn make_dirs(&self, full: &str) -> Vec<String> {
+    fn make_dirs(&self, full: &str) {
         let mut state = self.lock();
-        let mut created = Vec::new();
         let chain = full.match_indices('/').map(|(i, _)| &full[..i]).chain(std::iter::once(full));
         for dir in chain.filter(|d| !d.is_empty()) {
             if state.dirs.insert(dir.to_string()) {
                 state.unsynced(&self.host, Undo::DirCreated { path: dir.to_string() });
-                created.push(dir.to_string());
             }
         }
-        created
     }
 }
 
@@ -523,8 +520,13 @@ impl Volume for SimVolume {
 
     async fn create_dir_all(&self, path: &str) -> io::Result<()> {
         self.reach().await?;
-        let created = self.make_dirs(&self.full(path));
-        for dir in created {
+        let full = self.full(path);
+        self.make_dirs(&full);
+        // Every parent is synced, not only those of directories made now: an earlier call
+        // may have made one and failed to sync its parent.
+        let chain: Vec<String> =
+            full.match_indices('/').map(|(i, _)| full[..i].to_string()).chain([full.clone()]).collect();
+        for dir in chain {
             self.sync_dir_full(parent(&dir)).await?;
         }
         Ok(())
@@ -544,7 +546,17 @@ impl Volume for SimVolume {
             state.unsynced(&self.host, Undo::Created { path: full.clone(), inode });
             inode
         };
-        self.sync_dir_full(parent(&full)).await?;
+        if let Err(e) = self.sync_dir_full(parent(&full)).await {
+            // As the real volume does: the file goes again, so that a retry creates it anew
+            // and syncs its directory, rather than find it and trust an entry never synced.
+            let mut state = self.lock();
+            if state.paths.get(&full) == Some(&inode) {
+                state.paths.remove(&full);
+                state.inodes.remove(&inode);
+                state.unsynced_entries.retain(|p| !matches!(&p.undo, Undo::Created { inode: i, .. } if *i == inode));
+            }
+            return Err(e);
+        }
         Ok(SimFile { volume: self.clone(), inode })
     }
 

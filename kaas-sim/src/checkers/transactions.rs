@@ -197,7 +197,11 @@ fn check_session(
         for (offset, v) in &read.values {
             let attempt = owner.get(v).map(|&i| &h.attempts[i]);
             let whose = attempt.map_or("nobody's", |a| a.name.as_str());
-            if !committed.contains(v) {
+            // Below the final log start, retention removed what the final read would show: a
+            // read there proves nothing missing, unless its attempt can never have committed.
+            let removed = h.finals.get(&s.partition).is_some_and(|f| *offset < f.log_start_offset);
+            let never = attempt.is_none_or(|a| a.fate == Fate::Aborted);
+            if !committed.contains(v) && (!removed || never) {
                 violations.push(format!(
                     "uncommitted-read: {} read {v:?} ({whose}) at offset {offset} of partition {}, which never committed",
                     s.consumer, s.partition
@@ -328,6 +332,18 @@ mod tests {
         assert_eq!(classes(&found), ["uncommitted-read", "uncommitted-read"], "{found:?}");
         assert!(found[0].contains("before its producer asked to commit"));
         assert!(found[1].contains("never committed"));
+    }
+
+    #[test]
+    fn a_read_below_the_final_log_start_is_not_taken_for_uncommitted() {
+        let attempts = vec![attempt("t1", &["a"], Fate::Committed), attempt("t2", &["z"], Fate::Aborted)];
+        let mut f = finals(&[]);
+        f.get_mut(&0).unwrap().log_start_offset = 5;
+        let reads = session(vec![read(6, 7, 2, &[(0, "a"), (1, "z")])]);
+        let h = TxnHistory { attempts, sessions: vec![reads], finals: f, ..TxnHistory::default() };
+        let found = check(&h);
+        assert_eq!(classes(&found), ["uncommitted-read"], "{found:?}");
+        assert!(found[0].contains("t2"), "an aborted attempt's value is never excused: {found:?}");
     }
 
     #[test]

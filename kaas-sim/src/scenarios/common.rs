@@ -264,6 +264,7 @@ impl Run<'_> {
             pass: violations.is_empty(),
             trace: trace.finish(),
             sim_seconds: self.sim.elapsed().as_secs_f64(),
+            wall_seconds: 0.0,
             violations,
             history,
         }

@@ -21,6 +21,9 @@ pub struct RunResult {
     /// A digest of everything observable: client outcomes and the final volume.
     pub trace: u64,
     pub sim_seconds: f64,
+    /// Wall time the run itself took (the process around it not counted); not part of the trace.
+    #[serde(default)]
+    pub wall_seconds: f64,
     /// What failed, empty on a pass; each starts with its class (`lost-write: ...`).
     pub violations: Vec<String>,
     /// Where a failing run's JSONL history (every client call, outcome and time) was written.

@@ -217,6 +217,12 @@ pub async fn read_committed_to_end(
     loop {
         match client.fetch_committed(topic, partition, offset, 100).await {
             Outcome::Ok(f) => {
+                let offsets: Vec<i64> = f.records.iter().map(|(o, _)| *o).collect();
+                let detail = serde_json::json!({
+                    "partition": partition, "offset": offset, "offsets": offsets,
+                    "lso": f.last_stable_offset, "hwm": f.high_watermark,
+                });
+                client.history().record(client.name(), "read-committed", "ok", detail);
                 offset = f.next_offset;
                 read.values.extend(f.records);
                 (read.last_stable_offset, read.high_watermark) = (f.last_stable_offset, f.high_watermark);

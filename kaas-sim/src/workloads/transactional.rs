@@ -9,7 +9,7 @@
 //! that keeps answering one retriable code `RETRIABLE_STREAK_MAX` times in a row is
 //! misleading the producer (`wrong-error`), and the producer gives up.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -101,6 +101,8 @@ pub struct Producer {
     pub client: Client,
     pub ids: (i64, i16),
     pub sequences: BTreeMap<i32, i32>,
+    /// Partitions where a batch of this instance was acked, whatever its epoch: they know it.
+    pub acked_in: BTreeSet<i32>,
     world: Shared,
     txns: SharedTxns,
     /// The attempt being recorded, as an index into the attempts.
@@ -126,6 +128,7 @@ impl Producer {
             client,
             ids: (-1, -1),
             sequences: BTreeMap::new(),
+            acked_in: BTreeSet::new(),
             world: world.clone(),
             txns: txns.clone(),
             attempt: None,
@@ -234,6 +237,7 @@ impl Producer {
         let answered = self.record("produce-txn", &outcome, detail);
         if let Outcome::Ok(base) = outcome {
             self.sequences.insert(partition, base_sequence + values.len() as i32);
+            self.acked_in.insert(partition);
             self.with_attempt(|a| {
                 for (i, v) in values.iter().enumerate() {
                     if let Some(slot) = a.values.iter_mut().find(|(_, sent, _)| sent == v) {

@@ -102,11 +102,13 @@ impl Volume for RealVolume {
 
     async fn create_dir_all(&self, path: &str) -> io::Result<()> {
         let full = self.path(path);
+        let root = self.root.clone();
         blocking(move || {
-            // Each directory this creates is durable only once its parent is synced.
-            let missing: Vec<PathBuf> = full.ancestors().take_while(|d| !d.exists()).map(Path::to_path_buf).collect();
+            // A directory is durable only once its parent is synced. Every parent below the
+            // data directory is synced, not only those of directories made now: an earlier
+            // call may have made one and failed before its parent's sync.
             fs::create_dir_all(&full)?;
-            for dir in missing.iter().rev() {
+            for dir in full.ancestors().take_while(|d| d.starts_with(&*root) && *d != root.as_path()) {
                 if let Some(parent) = dir.parent() {
                     sync_dir(parent)?;
                 }
@@ -122,8 +124,11 @@ impl Volume for RealVolume {
         blocking(move || {
             let existed = full.exists();
             let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&full)?;
-            if !existed {
-                sync_dir(&dir)?;
+            if !existed && let Err(e) = sync_dir(&dir) {
+                // The new entry may not be durable. Remove it, so that a retry creates the file
+                // anew and syncs the directory, rather than find it and trust it.
+                let _ = fs::remove_file(&full);
+                return Err(e);
             }
             let len = file.metadata()?.len();
             Ok(RealFile { file: Arc::new(file), len: Arc::new(AtomicU64::new(len)) })
