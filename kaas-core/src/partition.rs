@@ -30,6 +30,8 @@ use crate::producer::state::{AbortedTxn, MarkerVerdict, ProducerEntry, ProducerS
 
 /// Commands queued per partition before senders wait.
 const QUEUE_CAPACITY: usize = 1024;
+/// How often a partition whose log could not be opened tries again by itself.
+const REOPEN_RETRY_MS: u64 = 500;
 /// Commands handled between two syncs at most, so acks are never starved by a busy queue.
 const GROUP_COMMIT_MAX: usize = 512;
 
@@ -303,20 +305,16 @@ impl<E: Env> PartitionActor<E> {
     async fn ensure_open(&mut self) -> Option<&mut PartitionLog<E::Volume>> {
         if self.log.is_none() {
             let volume = self.env.volume().clone();
-            let cut = match self.cut_before_open {
-                Some(end) => cut_to_durable(&volume, &self.dir, end).await,
-                None => Ok(()),
-            };
-            let opened = match cut {
-                Ok(()) => match PartitionLog::open(volume.clone(), &self.dir, self.config).await {
-                    Ok(log) => snapshot::restore(&volume, &log).await.map(|producers| (log, producers)),
-                    Err(e) => Err(e),
-                },
+            self.cut_pending().await;
+            if self.cut_before_open.is_some() {
+                return None;
+            }
+            let opened = match PartitionLog::open(volume.clone(), &self.dir, self.config).await {
+                Ok(log) => snapshot::restore(&volume, &log).await.map(|producers| (log, producers)),
                 Err(e) => Err(e),
             };
             match opened {
                 Ok((log, producers)) => {
-                    self.cut_before_open = None;
                     self.segments_at_snapshot = log.segment_count();
                     self.producers = producers;
                     for (&producer_id, &producer_epoch) in &self.fences {
@@ -363,7 +361,22 @@ impl<E: Env> PartitionActor<E> {
 
     async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
         let mut acks: Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)> = Vec::new();
-        while let Some(command) = rx.recv().await {
+        loop {
+            // A log that could not be opened is tried again on the next command, and on its
+            // own now and then: readers of the published watermarks (ListOffsets) send none.
+            let command = if self.log.is_none() {
+                tokio::select! {
+                    biased;
+                    command = rx.recv() => command,
+                    _ = self.env.clock().sleep_ms(REOPEN_RETRY_MS) => {
+                        self.ensure_open().await;
+                        continue;
+                    }
+                }
+            } else {
+                rx.recv().await
+            };
+            let Some(command) = command else { break };
             let mut next = Some(command);
             let mut handled = 0;
             while let Some(command) = next.take() {
@@ -414,7 +427,7 @@ impl<E: Env> PartitionActor<E> {
                     self.write_snapshot().await;
                 }
             }
-            Err(e) => self.fail_writes(acks, &e.to_string()),
+            Err(e) => self.fail_writes(acks, &e.to_string()).await,
         }
     }
 
@@ -439,7 +452,11 @@ impl<E: Env> PartitionActor<E> {
     /// After a failed write or sync the log's tail is unknown: answer every waiting append with
     /// a storage error (effect unknown), and recover the log from what is durable: it is cut
     /// back to the end of its last successful sync and reopened before it serves anyone again.
-    fn fail_writes(&mut self, acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>, why: &str) {
+    async fn fail_writes(
+        &mut self,
+        acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
+        why: &str,
+    ) {
         tracing::error!(dir = %self.dir, error = why, "write failed; recovering the partition log from its durable end");
         for (reply, _) in acks.drain(..) {
             let _ = reply.send(Err(CoreError::Storage(why.to_string())));
@@ -452,6 +469,18 @@ impl<E: Env> PartitionActor<E> {
         self.log = None;
         self.producers = ProducerStates::default();
         self.watermarks.send_modify(|w| w.online = false);
+        // At once, not at the reopen: a process that exits first must not leave the bytes of
+        // a failed sync for the next one to read back and trust.
+        self.cut_pending().await;
+    }
+
+    /// Cuts the log back to its durable end if a failure left a cut pending.
+    async fn cut_pending(&mut self) {
+        let Some(end) = self.cut_before_open else { return };
+        match cut_to_durable(self.env.volume(), &self.dir, end).await {
+            Ok(()) => self.cut_before_open = None,
+            Err(e) => tracing::error!(dir = %self.dir, error = %e, "cannot cut the log to its durable end; will retry"),
+        }
     }
 
     async fn handle(
@@ -539,7 +568,7 @@ impl<E: Env> PartitionActor<E> {
                             let why = e.to_string();
                             // Earlier appends of this group are not durable either.
                             let mut failed = std::mem::take(acks);
-                            self.fail_writes(&mut failed, &why);
+                            self.fail_writes(&mut failed, &why).await;
                             return;
                         }
                     }
@@ -569,7 +598,7 @@ impl<E: Env> PartitionActor<E> {
                     Err(e) => {
                         acks.push((reply, AppendOutcome { base_offset: -1, log_start_offset: -1 }));
                         let mut failed = std::mem::take(acks);
-                        self.fail_writes(&mut failed, &e.to_string());
+                        self.fail_writes(&mut failed, &e.to_string()).await;
                     }
                 }
             }
@@ -619,6 +648,7 @@ impl<E: Env> PartitionActor<E> {
     }
 
     async fn stop(&mut self, delete: bool) {
+        self.cut_pending().await;
         if let Some(log) = self.log.as_mut()
             && log.sync().await.is_ok()
             && !delete

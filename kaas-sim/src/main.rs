@@ -27,6 +27,16 @@ use kaas_sim::mutants::{self, MutantSpec};
 use kaas_sim::scenarios::{self, RunResult, Scenario, class};
 use kaas_sim::seedfile::{self, SeedFile};
 
+/// Prints a line of output; a reader that went away (`kaas-sim run | head`) ends the program
+/// quietly instead of with a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 /// Violations printed per failing seed; the rest are counted.
 const VIOLATIONS_SHOWN: usize = 20;
 /// A run's wall-clock budget unless `--wall-limit-s` says otherwise.
@@ -60,7 +70,7 @@ fn dispatch(args: &[String]) -> Result<bool, String> {
     match args.first().map(String::as_str) {
         Some("list") => {
             for s in scenarios::ALL {
-                println!("{} {}", s.name, s.about);
+                say!("{} {}", s.name, s.about);
             }
             Ok(true)
         }
@@ -196,7 +206,7 @@ fn run_one() -> Result<bool, String> {
     kaas_sim::runner::install_panic_hook();
     kaas_sim::runner::install_logging();
     let result = kaas_sim::runner::run_world(scenario, seed, &request["world"], mutant, wall_limit)?;
-    println!("{}", serde_json::to_string(&result).expect("json"));
+    say!("{}", serde_json::to_string(&result).expect("json"));
     Ok(true)
 }
 
@@ -306,7 +316,7 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
         if seeds.end - seeds.start > 1 {
             // Simulated seconds per wall second of one run (its process's start not counted),
             // the simulator's speed (aim: 100x).
-            println!(
+            say!(
                 "summary scenario={} seeds={n} passed={passed} sim_s={sim_s:.1} wall_s={wall_s:.1} speed={:.0}x",
                 s.name,
                 sim_s / wall_s.max(1e-9)
@@ -314,14 +324,14 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
         }
     }
     if work.len() > 1 {
-        println!("batch runs={} jobs={jobs} wall_s={:.1}", work.len() * runs_per_job, started.elapsed().as_secs_f64());
+        say!("batch runs={} jobs={jobs} wall_s={:.1}", work.len() * runs_per_job, started.elapsed().as_secs_f64());
     }
     Ok(all_passed)
 }
 
 /// Prints one run's line (and violations); writes its seed file if it failed and `keep` says so.
 fn report(job: &Job, result: &RunResult, wall_s: f64, keep: bool) {
-    println!(
+    say!(
         "seed={} scenario={} result={} trace={:016x} sim_s={:.3} wall_s={:.3}",
         job.seed,
         job.scenario.name,
@@ -331,13 +341,13 @@ fn report(job: &Job, result: &RunResult, wall_s: f64, keep: bool) {
         wall_s
     );
     for v in result.violations.iter().take(VIOLATIONS_SHOWN) {
-        println!("  violation: {v}");
+        say!("  violation: {v}");
     }
     if result.violations.len() > VIOLATIONS_SHOWN {
-        println!("  ... and {} more violations", result.violations.len() - VIOLATIONS_SHOWN);
+        say!("  ... and {} more violations", result.violations.len() - VIOLATIONS_SHOWN);
     }
     if let Some(history) = &result.history {
-        println!("  history: {history}");
+        say!("  history: {history}");
     }
     if !result.pass && keep {
         // A failure under a deliberate bug is expected: its seed file stays out of sim-seeds/.
@@ -345,8 +355,8 @@ fn report(job: &Job, result: &RunResult, wall_s: f64, keep: bool) {
         let prefix = job.mutant.map(|m| format!("{}-", m.name())).unwrap_or_default();
         let path = format!("{dir}/{prefix}{}-{}.json", job.scenario.name, job.seed);
         match seed_file(job, result).write(&path) {
-            Ok(()) => println!("  reproduce: kaas-sim replay {path}"),
-            Err(e) => println!("  cannot write {path}: {e}"),
+            Ok(()) => say!("  reproduce: kaas-sim replay {path}"),
+            Err(e) => say!("  cannot write {path}: {e}"),
         }
     }
 }
@@ -384,7 +394,7 @@ fn replay(paths: &[String]) -> Result<bool, String> {
         report(&job, &ran.result, ran.wall_s, false);
         let ok = if file.same_commit() {
             let same = trace == file.trace && ran.result.violations.len() == file.violations_total;
-            println!(
+            say!(
                 "replay {path}: written at this commit; trace {trace} {}",
                 if same { "reproduced" } else { "DIFFERS from the file's" }
             );
@@ -392,13 +402,13 @@ fn replay(paths: &[String]) -> Result<bool, String> {
         } else if mutant.is_some() {
             let caught =
                 ran.result.violations.iter().any(|v| mutants::spec(mutant.unwrap()).catches.contains(&class(v)));
-            println!(
+            say!(
                 "replay {path}: a mutant's world; the mutant is {}",
                 if caught { "still caught" } else { "no longer caught" }
             );
             true
         } else {
-            println!(
+            say!(
                 "replay {path}: written at {}; {}",
                 file.commit,
                 if ran.result.pass { "passes now (its bug stays fixed)" } else { "FAILS again" }
@@ -503,21 +513,23 @@ fn hunt_mutants(args: &[String]) -> Result<bool, String> {
         let spec = specs[i];
         let name = spec.mutant.name();
         match found {
-            Hunt::Caught { seed, scenario, violation, tried } => println!(
+            Hunt::Caught { seed, scenario, violation, tried } => say!(
                 "mutant={name} caught seed={seed} scenario={scenario} class={} passes-without-the-mutant=yes runs={tried} wall_s={wall_s:.1}\n  violation: {violation}",
                 class(&violation)
             ),
             Hunt::ControlFailed { seed, scenario, violation } => {
                 all_caught = false;
-                println!(
+                say!(
                     "mutant={name} NOT CAUGHT: seed={seed} scenario={scenario} fails without the mutant too (a real bug; seed file written)\n  violation: {violation}"
                 );
             }
             Hunt::Survived { tried, other } => {
                 all_caught = false;
-                println!(
+                say!(
                     "mutant={name} SURVIVED seeds {}..{} ({tried} runs; wanted one of {:?}; other verdicts: {other:?}) wall_s={wall_s:.1}",
-                    seeds.start, seeds.end, spec.catches
+                    seeds.start,
+                    seeds.end,
+                    spec.catches
                 );
             }
         }

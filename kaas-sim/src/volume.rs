@@ -339,6 +339,13 @@ impl SimVolume {
         let State { inodes, stats, faults, rng, .. } = &mut *state;
         for inode in inodes.values_mut() {
             for (start, end, _) in inode.limbo.iter().filter(|(_, _, h)| &**h == host) {
+                tracing::debug!(
+                    host,
+                    start,
+                    end,
+                    len = inode.data.len(),
+                    "a crash zeroes bytes a failed fsync covered"
+                );
                 let end = (*end).min(inode.data.len());
                 inode.data[(*start).min(end)..end].fill(0);
                 stats.bytes_lost_in_crashes += (end - (*start).min(end)) as u64;
@@ -660,6 +667,7 @@ impl VolumeFile for SimFile {
         let host = &self.volume.host;
         let mut state = self.volume.lock();
         if let Some(e) = state.injected_error() {
+            tracing::debug!(inode = self.inode, "an append fails");
             return Err(e);
         }
         let path = state.path_of(self.inode).to_string();
@@ -688,6 +696,12 @@ impl VolumeFile for SimFile {
         let len = len.min(inode.data.len());
         if failed.is_some() {
             // The pages are marked clean but their write-back failed: readable, not durable.
+            tracing::debug!(
+                inode = self.inode,
+                from = inode.durable_len,
+                to = len,
+                "a failed fsync leaves bytes in limbo"
+            );
             if inode.durable_len < len {
                 stats.bytes_in_limbo += (len - inode.durable_len) as u64;
                 inode.limbo.push((inode.durable_len, len, host));
@@ -719,6 +733,7 @@ impl VolumeFile for SimFile {
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
         self.volume.reach().await?;
+        tracing::debug!(inode = self.inode, len, "truncate");
         self.with(|inode, _| inode.truncate(len as usize))
     }
 

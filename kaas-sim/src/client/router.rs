@@ -199,8 +199,11 @@ impl Client {
     /// the host's routes, and an answer that says the route moved forgets the route, so that
     /// the caller's retry looks it up again.
     fn after<T>(&mut self, host: &str, route: &Route, api: &'static str, outcome: Outcome<T>) -> Outcome<T> {
+        // An acks=0 produce is indefinite on a connection still fine: keep it, and with it the
+        // order of what is sent on it.
+        let broken = self.connections.get(host).is_none_or(WireClient::is_broken);
         match &outcome {
-            Outcome::Indefinite | Outcome::Failed(NOT_SENT) => self.forget_host(host),
+            Outcome::Indefinite | Outcome::Failed(NOT_SENT) if broken => self.forget_host(host),
             Outcome::Failed(code) if LEADER_MOVED.contains(code) || COORDINATOR_MOVED.contains(code) => {
                 self.forget_route(route)
             }

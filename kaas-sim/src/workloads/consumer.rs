@@ -234,6 +234,12 @@ pub async fn read_committed_to_end(
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
+            Outcome::Failed(OFFSET_OUT_OF_RANGE) => {
+                // Retention passed the reader: what it removed the checker excuses.
+                read.log_start_offset = log_start(client, topic, partition).await;
+                offset = offset.max(read.log_start_offset);
+                read.values.retain(|(o, _)| *o >= read.log_start_offset);
+            }
             Outcome::Failed(_) | Outcome::Indefinite => backoff().await,
         }
     }

@@ -9,6 +9,9 @@ use crate::client::{KAFKA_STORAGE_ERROR, Outcome};
 use crate::history::outcome_name;
 use crate::scenarios::common::now_ms;
 
+/// Flush batches get ids from here on, past every scenario's own.
+const FLUSH_BATCH_IDS: u64 = 1 << 40;
+
 /// One batch a producer writes: its id (unique in the run), partition and values.
 #[derive(Debug, Clone)]
 pub struct Batch {
@@ -17,10 +20,20 @@ pub struct Batch {
     pub values: Vec<Bytes>,
 }
 
-/// Writes `batches` to `topic` in order with `acks`.
-pub async fn producer(name: String, topic: String, acks: i16, batches: Vec<Batch>, world: Shared) {
+/// Writes `batches` to `topic` in order with `acks`. An acks=0 producer ends with one acks=all
+/// batch to the partition of its last batch: once that is acked, every batch sent before it
+/// on the connection is durable, so consumers will see it.
+pub async fn producer(name: String, topic: String, acks: i16, mut batches: Vec<Batch>, world: Shared) {
     let mut client = super::client(&world, &name);
-    for batch in batches {
+    let flush = (acks == 0).then(|| {
+        let partition = batches.last().map_or(0, |b| b.partition);
+        let id = FLUSH_BATCH_IDS + batches.first().map_or(0, |b| b.id);
+        Batch { id, partition, values: vec![Bytes::from(format!("{topic}:{name}:flush"))] }
+    });
+    batches.extend(flush);
+    let last = batches.len().saturating_sub(1);
+    for (index, batch) in batches.into_iter().enumerate() {
+        let acks = if acks == 0 && index == last { -1 } else { acks };
         loop {
             world
                 .lock()
@@ -58,11 +71,6 @@ pub async fn producer(name: String, topic: String, acks: i16, batches: Vec<Batch
                 Outcome::Failed(_) => backoff().await,
             }
         }
-    }
-    if acks == 0 {
-        // A connection answers in order, so once a fetch on it is answered, every acks=0 batch
-        // sent before it has reached its partition: consumers will see it.
-        let _ = client.fetch(&topic, 0, 0, 0).await;
     }
     world.lock().unwrap().producers_done += 1;
 }
