@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: formatting and lints, every Rust test (unit,
-# librdkafka integration, simulator smoke), then the Python and Node.js client scripts against
-# a freshly built broker. Installs what it needs (Python clients in ci/.venv, Node clients in
-# ci/clients/node/node_modules) on first use.
+# librdkafka integration, the simulator's scenario tests), then the Python and Node.js client
+# scripts against a freshly built broker. Installs what it needs (Python clients in ci/.venv,
+# Node clients in ci/clients/node/node_modules) on first use.
+#
+# The broker is built and tested per package, never with --workspace: a workspace build
+# unifies features and would switch kaas-core's `sim` feature (mutants, BUGGIFY) on in the
+# binary under test. The simulator builds with the `sim` profile (optimised, assertions on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,9 +14,11 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
-echo "== cargo build --release"
-cargo build --release --workspace
-echo "== cargo test"
-cargo test --workspace -- --test-threads=2
+echo "== cargo build --release -p kaas-server (the binary users build)"
+cargo build --release -p kaas-server
+echo "== cargo test: the broker"
+cargo test -p kaas-core -p kaas-net -p kaas-server -- --test-threads=2
+echo "== cargo test: the simulator (sim profile)"
+cargo test --profile sim -p kaas-sim -p kaas-core -- --test-threads=2
 echo "== client scripts"
 bash ci/clients.sh

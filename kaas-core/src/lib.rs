@@ -55,6 +55,11 @@ pub(crate) async fn park_for_crash() {
     std::future::pending::<()>().await
 }
 
+/// Whether this build carries the simulator's hooks (mutants, BUGGIFY, crash points): true only
+/// when kaas-core's `sim` feature is on, as in `kaas-sim` or a `--workspace` build that unifies
+/// features. A production binary must say false.
+pub const SIM_HOOKS: bool = cfg!(feature = "sim");
+
 pub mod broker;
 pub mod config;
 pub mod env;

@@ -20,6 +20,7 @@ OPTIONS:
     --set NAME=VALUE       one setting by its Kafka name, e.g. --set num.partitions=6
                            (repeatable; applied after --config)
     -h, --help             print this help
+    -V, --version          print the version
 
 Settings use Apache Kafka's names: num.partitions, auto.create.topics.enable,
 log.segment.bytes, log.retention.ms, log.retention.bytes, log.retention.check.interval.ms,
@@ -57,12 +58,14 @@ pub enum Command {
     Serve(ServeArgs),
     Transactions(crate::transactions::Args),
     Help,
+    Version,
 }
 
 pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut it = args.iter();
     match it.next().map(String::as_str) {
         None | Some("-h") | Some("--help") | Some("help") => return Ok(Command::Help),
+        Some("-V") | Some("--version") | Some("version") => return Ok(Command::Version),
         Some("serve") => {}
         Some("transactions") => return crate::transactions::parse(&args[1..]).map(Command::Transactions),
         Some(other) => return Err(format!("unknown command {other:?}")),

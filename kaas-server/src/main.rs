@@ -10,6 +10,11 @@ use kaas_core::env::{Env, Listener, Net};
 use kaas_net::Server;
 use tokio::sync::watch;
 
+/// What `--version` and the start-up log add when the binary was built with the simulator's
+/// hooks compiled in (features unified by a `--workspace` build).
+const SIM_HOOKS_NOTE: &str =
+    " (built with the simulator's hooks compiled in: build it with `cargo build --release -p kaas-server`)";
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = match cli::parse(&args) {
@@ -22,6 +27,10 @@ fn main() {
     let serve = match command {
         cli::Command::Help => {
             print!("{}", cli::USAGE);
+            return;
+        }
+        cli::Command::Version => {
+            println!("kaas {}{}", env!("CARGO_PKG_VERSION"), if kaas_core::SIM_HOOKS { SIM_HOOKS_NOTE } else { "" });
             return;
         }
         cli::Command::Serve(serve) => serve,
@@ -38,6 +47,9 @@ fn main() {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
+    if kaas_core::SIM_HOOKS {
+        tracing::warn!("kaas {}{SIM_HOOKS_NOTE}", env!("CARGO_PKG_VERSION"));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     if let Err(e) = runtime.block_on(run(serve)) {
         tracing::error!("{e}");
