@@ -48,7 +48,7 @@ impl Load {
         Load {
             batches: rng.random_range(20..120),
             records_per_batch: rng.random_range(1..8),
-            value_padding: if rng.random_bool(0.5) { rng.random_range(0..400) } else { 0 },
+            value_padding: [0, 0, rng.random_range(0..400), rng.random_range(400..1500)][rng.random_range(0..4)],
             // Mostly acks=all; acks=1 is as durable here (the volume is the replica); acks=0 is
             // fire and forget, so its batches are indefinite.
             producer_acks: (0..producers).map(|_| [-1, -1, 1, 0][rng.random_range(0..4)]).collect(),

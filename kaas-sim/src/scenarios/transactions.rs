@@ -65,7 +65,7 @@ pub struct Txn {
     /// Zombie mode: after how many transactions the second instance takes over.
     pub takeover_after: usize,
     pub segment_bytes: u64,
-    /// `retention.bytes` of the topic's partitions (-1: none), checked every 500 ms.
+    /// `retention.bytes` of the topic's partitions (-1: none), checked every 200 ms.
     pub retention_bytes: i64,
 }
 
@@ -88,6 +88,15 @@ impl Txn {
             }
             None => {}
         }
+        // A world with retention keeps small segments and little of them, so that segments
+        // roll and go while transactions are open in them.
+        let retained = rng.random_bool(if mode == Mode::Timeout { 0.6 } else { 0.3 });
+        let (segment_bytes, retention_bytes) = if retained {
+            let segment_bytes = rng.random_range(1024..4096);
+            (segment_bytes, rng.random_range(segment_bytes..3 * segment_bytes) as i64)
+        } else {
+            (rng.random_range(2048..32_768), -1)
+        };
         Txn {
             mode,
             partitions: rng.random_range(2..=4),
@@ -99,8 +108,8 @@ impl Txn {
             cleanup_interval_ms: [500, 2_000, 10_000][rng.random_range(0..3)],
             pause_per_mille: if mode == Mode::Timeout { rng.random_range(100..300) } else { 0 },
             takeover_after: rng.random_range(1..txns_per_producer),
-            segment_bytes: rng.random_range(2048..32_768),
-            retention_bytes: if rng.random_bool(0.3) { rng.random_range(4096..32_768) } else { -1 },
+            segment_bytes,
+            retention_bytes,
             common,
         }
     }
@@ -121,7 +130,7 @@ impl Txn {
         let config = BrokerConfig {
             log_segment_bytes: self.segment_bytes,
             log_retention_bytes: self.retention_bytes,
-            log_retention_check_interval_ms: 500,
+            log_retention_check_interval_ms: 200,
             transaction_cleanup_interval_ms: self.cleanup_interval_ms,
             ..BrokerConfig::default()
         };

@@ -45,15 +45,7 @@ pub async fn producer(
     for (instance_index, chunk) in batches.chunks(per_instance).enumerate() {
         let instance = format!("{name}.{instance_index}");
         let mut client = super::client(&world, &instance);
-        let producer_id = loop {
-            match client.init_producer_id().await {
-                Outcome::Ok((pid, epoch)) => {
-                    assert_eq!(epoch, 0, "an idempotent producer starts at epoch 0");
-                    break pid;
-                }
-                _ => backoff().await,
-            }
-        };
+        let producer_id = new_producer_id(&mut client).await;
         producers.lock().unwrap().instances.push((instance.clone(), producer_id));
         let mut stream: Stream = Vec::new();
         let mut sequence = 0i32;
@@ -76,20 +68,44 @@ pub async fn producer(
             stream.push((*batch_id, values.clone(), sequence));
             sequence += values.len() as i32;
         }
-        write_stream(&instance, &topic, partition, producer_id, &stream, &mut client, &world).await;
+        write_stream(&instance, &topic, partition, producer_id, &mut stream, &mut client, &world, &producers).await;
     }
     world.lock().unwrap().producers_done += 1;
 }
 
+/// InitProducerId until it answers: a fresh producer id at epoch 0.
+async fn new_producer_id(client: &mut crate::client::Client) -> i64 {
+    loop {
+        match client.init_producer_id().await {
+            Outcome::Ok((pid, epoch)) => {
+                assert_eq!(epoch, 0, "an idempotent producer starts at epoch 0");
+                return pid;
+            }
+            _ => backoff().await,
+        }
+    }
+}
+
+/// Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER.
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+
 /// Writes one instance's stream with up to five batches in flight, until every one is acked.
+///
+/// An OUT_OF_ORDER_SEQUENCE_NUMBER for the oldest unacked batch, with nothing before it failed,
+/// is a gap the producer cannot explain: the broker has lost track of its sequence. It does
+/// what the Java client and librdkafka do then: takes a new producer id and sends what is
+/// unacked again from sequence 0. Against a correct broker this never happens; against one
+/// that forgets a batch it acked (a short dedupe window) it writes a second copy.
+#[allow(clippy::too_many_arguments)]
 async fn write_stream(
     instance: &str,
     topic: &str,
     partition: i32,
-    producer_id: i64,
-    stream: &Stream,
+    mut producer_id: i64,
+    stream: &mut Stream,
     client: &mut crate::client::Client,
     world: &Shared,
+    producers: &SharedProducers,
 ) {
     let mut acked = vec![false; stream.len()];
     let mut first_unacked = 0;
@@ -97,6 +113,9 @@ async fn write_stream(
     let mut in_flight: VecDeque<usize> = VecDeque::new();
     // After a failed answer nothing new is sent until the in-flight answers are in.
     let mut retrying = false;
+    // The broker answered as if it had lost the producer's sequence: start over with a new id.
+    let mut lost_track = false;
+    let mut resets = 0;
     while first_unacked < stream.len() {
         while !retrying && next < first_unacked + IN_FLIGHT_MAX && next < stream.len() && !client.pipeline_broken() {
             let (_, values, base_sequence) = &stream[next];
@@ -142,6 +161,10 @@ async fn write_stream(
                     first_unacked += 1;
                 }
             }
+            Outcome::Failed(OUT_OF_ORDER_SEQUENCE_NUMBER) if index == first_unacked && !retrying => {
+                retrying = true;
+                lost_track = true;
+            }
             // Retriable (a storage error, a refused leader, a sequence the broker cannot place
             // because an earlier batch failed): let the in-flight answers come, then resend
             // everything from the first unacked batch, as clients do.
@@ -156,6 +179,16 @@ async fn write_stream(
         if retrying && in_flight.is_empty() {
             retrying = false;
             next = first_unacked;
+            if std::mem::take(&mut lost_track) {
+                producer_id = new_producer_id(client).await;
+                resets += 1;
+                producers.lock().unwrap().instances.push((format!("{instance}~{resets}"), producer_id));
+                let mut sequence = 0;
+                for (_, values, base_sequence) in stream[first_unacked..].iter_mut() {
+                    *base_sequence = sequence;
+                    sequence += values.len() as i32;
+                }
+            }
             // Nothing is in flight: the next batch may go to a new leader.
             client.end_pipeline();
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
