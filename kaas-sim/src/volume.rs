@@ -440,6 +440,11 @@ impl SimVolume {
         self.lock().stalled.remove(host);
     }
 
+    /// Changes the volume's faults from now on (tests).
+    pub fn set_faults(&self, faults: VolumeFaults) {
+        self.lock().faults = faults;
+    }
+
     pub fn stats(&self) -> VolumeStats {
         self.lock().stats
     }

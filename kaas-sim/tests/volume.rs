@@ -1,6 +1,8 @@
 //! The simulated volume keeps the promises a real NFS-mounted PVC keeps, and breaks the ones
 //! it breaks: unsynced bytes die with their host, other hosts see only synced bytes, entry
-//! changes need their directory synced, torn writes keep whole blocks.
+//! changes need their directory synced, torn writes keep whole blocks, a failed fsync leaves
+//! bytes readable but not durable, and the atomic replace survives a crash between any two of
+//! its steps. (What both volumes must do alike is in tests/volume_contract.rs.)
 
 use bytes::Bytes;
 use kaas_core::env::{Volume, VolumeFile};
@@ -133,4 +135,91 @@ async fn a_directory_sync_makes_earlier_entry_changes_durable_and_a_clean_exit_l
         assert_eq!(volume.contents("d/early.log").unwrap(), b"unsynced", "settled bytes survive a crash");
     }
     assert!(interrupted > 0, "some seed interrupted a directory sync");
+}
+
+const NO_FAULTS: VolumeFaults = VolumeFaults { torn: Torn::None, sync_latency_ms_max: 0, io_error_per_mille: 0 };
+
+#[tokio::test]
+async fn a_failed_fsync_leaves_bytes_readable_that_a_crash_turns_to_zeros() {
+    let volume = SimVolume::new(1, NO_FAULTS).for_host("h");
+    volume.create_dir_all("p").await.unwrap();
+    let file = volume.open("p/00.log").await.unwrap();
+    file.append(Bytes::from_static(b"durable")).await.unwrap();
+    file.sync().await.unwrap();
+    file.append(Bytes::from_static(b"limbo")).await.unwrap();
+    volume.set_faults(VolumeFaults { io_error_per_mille: 1000, ..NO_FAULTS });
+    assert!(file.sync().await.is_err());
+    volume.set_faults(NO_FAULTS);
+    assert_eq!(&file.read_at(0, 100).await.unwrap()[..], b"durablelimbo", "still readable, as on Linux");
+    file.sync().await.unwrap();
+    assert_eq!(volume.contents("p/00.log").unwrap(), b"durablelimbo", "a second fsync succeeds");
+    volume.crash("h");
+    assert_eq!(volume.contents("p/00.log").unwrap(), b"durable\0\0\0\0\0", "and wrote nothing");
+    assert_eq!(volume.stats().bytes_in_limbo, 5);
+}
+
+#[tokio::test]
+async fn a_truncate_takes_limbo_bytes_out() {
+    let volume = SimVolume::new(1, NO_FAULTS).for_host("h");
+    let file = volume.open("f").await.unwrap();
+    file.append(Bytes::from_static(b"ok")).await.unwrap();
+    file.sync().await.unwrap();
+    file.append(Bytes::from_static(b"lost")).await.unwrap();
+    volume.set_faults(VolumeFaults { io_error_per_mille: 1000, ..NO_FAULTS });
+    assert!(file.sync().await.is_err());
+    volume.set_faults(NO_FAULTS);
+    file.truncate(2).await.unwrap();
+    file.append(Bytes::from_static(b"+new")).await.unwrap();
+    file.sync().await.unwrap();
+    volume.crash("h");
+    assert_eq!(volume.contents("f").unwrap(), b"ok+new", "nothing the cut removed comes back as zeros");
+}
+
+#[tokio::test]
+async fn an_open_whose_directory_sync_fails_leaves_no_file() {
+    let volume = SimVolume::new(1, NO_FAULTS).for_host("h");
+    volume.create_dir_all("p").await.unwrap();
+    volume.set_faults(VolumeFaults { io_error_per_mille: 1000, ..NO_FAULTS });
+    assert!(volume.open("p/00.log").await.is_err());
+    volume.set_faults(NO_FAULTS);
+    assert!(volume.list("p").await.unwrap().is_empty(), "a retry creates it anew and syncs its directory");
+    volume.open("p/00.log").await.unwrap();
+    volume.crash("h");
+    assert_eq!(volume.list("p").await.unwrap(), vec!["00.log".to_string()]);
+}
+
+#[tokio::test]
+async fn a_retried_create_dir_all_makes_an_earlier_directory_durable() {
+    let volume = SimVolume::new(1, NO_FAULTS).for_host("h");
+    volume.set_faults(VolumeFaults { io_error_per_mille: 1000, ..NO_FAULTS });
+    assert!(volume.create_dir_all("p").await.is_err(), "made, but its parent not synced");
+    volume.set_faults(NO_FAULTS);
+    volume.create_dir_all("p").await.unwrap();
+    volume.open("p/f").await.unwrap();
+    volume.crash("h");
+    assert_eq!(volume.list("p").await.unwrap(), vec!["f".to_string()], "the directory and its file survive");
+}
+
+#[tokio::test]
+async fn an_atomic_replace_crashed_between_any_two_steps_leaves_old_or_new() {
+    let faults = VolumeFaults { sync_latency_ms_max: 20, ..NO_FAULTS };
+    let (mut old, mut new) = (0, 0);
+    for seed in 0..40 {
+        let volume = SimVolume::new(seed, faults).for_host("h");
+        volume.create_dir_all("d").await.unwrap();
+        volume.write_atomic("d/s.json", Bytes::from_static(b"old")).await.unwrap();
+        let v = volume.clone();
+        let replacing = tokio::spawn(async move { v.write_atomic("d/s.json", Bytes::from_static(b"new")).await });
+        tokio::time::sleep(std::time::Duration::from_millis(seed % 45)).await;
+        let finished = replacing.is_finished();
+        volume.crash("h");
+        replacing.abort();
+        let after = volume.contents("d/s.json").unwrap();
+        assert!(after == b"old" || after == b"new", "{after:?}");
+        if finished {
+            assert_eq!(after, b"new", "a replace that returned is durable");
+        }
+        if after == b"old" { old += 1 } else { new += 1 }
+    }
+    assert!(old > 0 && new > 0, "crashes landed before and after the rename's sync: {old} old, {new} new");
 }
