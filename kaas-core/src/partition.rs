@@ -337,6 +337,7 @@ impl<E: Env> PartitionActor<E> {
         self.unsynced_ends.retain(|&(marker, _)| marker >= high_watermark);
         let now = watermarks_of(log, &self.producers, &self.unsynced_ends);
         let before = *self.watermarks.borrow();
+        self.check_txn_bookkeeping(&now);
         assert!(now.high_watermark >= before.high_watermark, "the high watermark never moves back");
         assert!(
             now.last_stable_offset >= before.last_stable_offset || !before.online,
@@ -356,6 +357,26 @@ impl<E: Env> PartitionActor<E> {
             if now.high_watermark != before.high_watermark || now.last_stable_offset != before.last_stable_offset {
                 self.data_version.send_modify(|v| *v += 1);
             }
+        }
+    }
+
+    /// The partition's transactional bookkeeping, checked whenever it publishes.
+    fn check_txn_bookkeeping(&self, now: &Watermarks) {
+        for &(marker, first) in &self.unsynced_ends {
+            assert!(first < marker, "a transaction ends after it began");
+            assert!(marker >= now.high_watermark, "an end not yet durable lies at or past the high watermark");
+            assert!(
+                now.last_stable_offset <= first || crate::mutant!(LsoNotClamped),
+                "an end not yet durable holds the LSO"
+            );
+        }
+        assert!(self.reopened_at <= self.markers_written, "a reopen is numbered by the markers before it");
+        assert!(self.last_marker.values().all(|&m| m <= self.markers_written), "markers are numbered in order");
+        if let Some(first) = self.producers.first_unstable_offset() {
+            assert!(
+                now.last_stable_offset <= first.max(now.log_start_offset) || crate::mutant!(LsoNotClamped),
+                "the LSO never passes an open transaction"
+            );
         }
     }
 

@@ -204,7 +204,14 @@ impl Group {
         if shared { Ok(()) } else { Err(CoreError::InconsistentGroupProtocol) }
     }
 
+    /// JoinGroup; every transition of the group ends with its invariants checked.
     pub fn join(&mut self, req: JoinRequest, now: Instant, unique: u64, replies: &mut Vec<Reply>) -> JoinAction {
+        let action = self.join_unchecked(req, now, unique, replies);
+        self.check_invariants();
+        action
+    }
+
+    fn join_unchecked(&mut self, req: JoinRequest, now: Instant, unique: u64, replies: &mut Vec<Reply>) -> JoinAction {
         if let Err(e) = self.check_protocols(&req.protocol_type, &req.protocols) {
             return JoinAction::Done(Err(e));
         }
@@ -471,7 +478,23 @@ impl Group {
     }
 
     /// SyncGroup: the leader's assignments complete the rebalance. Followers park until then.
+    #[allow(clippy::too_many_arguments)]
     pub fn sync(
+        &mut self,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+        assignments: Vec<(String, Bytes)>,
+        now: Instant,
+        replies: &mut Vec<Reply>,
+    ) -> Option<CoreResult<SyncOutcome>> {
+        let answer = self.sync_unchecked(member_id, instance, generation_id, assignments, now, replies);
+        self.check_invariants();
+        answer
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn sync_unchecked(
         &mut self,
         member_id: &str,
         instance: Option<&str>,
@@ -528,6 +551,7 @@ impl Group {
         }
         self.check_member(member_id, instance, generation_id)?;
         self.members.get_mut(member_id).expect("member").last_heard = now;
+        self.check_invariants();
         match self.state {
             GroupState::PreparingRebalance => Err(CoreError::RebalanceInProgress),
             _ => Ok(()),
@@ -536,6 +560,18 @@ impl Group {
 
     /// LeaveGroup for one member (by id, or by instance id for static members).
     pub fn leave(
+        &mut self,
+        member_id: &str,
+        instance: Option<&str>,
+        now: Instant,
+        replies: &mut Vec<Reply>,
+    ) -> CoreResult<()> {
+        let left = self.leave_unchecked(member_id, instance, now, replies);
+        self.check_invariants();
+        left
+    }
+
+    fn leave_unchecked(
         &mut self,
         member_id: &str,
         instance: Option<&str>,
@@ -576,6 +612,11 @@ impl Group {
 
     /// Expires members whose session lapsed and ends join phases past their deadline.
     pub fn tick(&mut self, now: Instant, replies: &mut Vec<Reply>) {
+        self.tick_unchecked(now, replies);
+        self.check_invariants();
+    }
+
+    fn tick_unchecked(&mut self, now: Instant, replies: &mut Vec<Reply>) {
         self.pending_members.retain(|_, deadline| *deadline > now);
         let expired: Vec<String> = self
             .members
@@ -657,6 +698,17 @@ impl Group {
         }
         for (instance, id) in &self.static_members {
             assert_eq!(self.members.get(id).and_then(|m| m.group_instance_id.as_deref()), Some(instance.as_str()));
+        }
+        assert!(self.generation_id >= 0, "generations count up from 0");
+        if self.state == GroupState::Stable || self.state == GroupState::CompletingRebalance {
+            assert!(!self.members.is_empty(), "a formed generation has members");
+            assert!(
+                self.leader.as_ref().is_some_and(|l| self.members.contains_key(l)),
+                "a formed generation has a leader"
+            );
+        }
+        for pending in self.pending_members.keys() {
+            assert!(!self.members.contains_key(pending), "a pending member is not yet a member");
         }
     }
 }

@@ -77,6 +77,21 @@ impl ProducerEntry {
     pub fn last_seq(&self) -> Option<i32> {
         self.batches.back().map(|b| b.last_seq)
     }
+
+    /// What every transition leaves true of one producer.
+    fn check_invariants(&self, window: usize) {
+        assert!(self.producer_epoch >= 0, "a producer epoch is never negative");
+        assert!(self.batches.len() <= window, "the dedupe window is bounded");
+        for b in &self.batches {
+            assert!(b.base_offset <= b.last_offset, "a batch's offsets run forward");
+        }
+        for pair in self.batches.iter().zip(self.batches.iter().skip(1)) {
+            assert!(pair.0.last_offset < pair.1.base_offset, "a producer's batches are in log order");
+        }
+        if let (Some(first), Some(last)) = (self.current_txn_first_offset, self.batches.back()) {
+            assert!(first <= last.last_offset, "an open transaction starts at or before the producer's last batch");
+        }
+    }
 }
 
 /// What to do with an incoming producer batch.
@@ -192,7 +207,7 @@ impl ProducerStates {
             entry.batches.pop_front();
         }
         entry.last_timestamp = entry.last_timestamp.max(header.max_timestamp);
-        assert!(entry.batches.len() <= window, "the dedupe window is bounded");
+        entry.check_invariants(window);
     }
 
     /// Classifies a marker of `producer_epoch` before it is appended.
@@ -224,6 +239,18 @@ impl ProducerStates {
             assert!(first_offset < offset, "a transaction's marker follows its batches");
             self.aborted.push(AbortedTxn { producer_id, first_offset, last_offset: offset });
         }
+        assert!(self.producers[&producer_id].current_txn_first_offset.is_none(), "a marker ends the transaction");
+        self.check_aborted();
+    }
+
+    /// The aborted index stays in log order, each range ending at its marker after its start.
+    fn check_aborted(&self) {
+        for a in &self.aborted {
+            assert!(a.first_offset < a.last_offset, "an aborted range ends at its marker");
+        }
+        for pair in self.aborted.windows(2) {
+            assert!(pair[0].last_offset < pair[1].last_offset, "aborted transactions are kept in marker order");
+        }
     }
 
     /// Moves a producer to a newer epoch without a marker (the coordinator's fence on a rejoin):
@@ -234,6 +261,7 @@ impl ProducerStates {
             Some(entry) if entry.producer_epoch < producer_epoch && entry.current_txn_first_offset.is_none() => {
                 entry.producer_epoch = producer_epoch;
                 entry.batches.clear();
+                assert!(entry.batches.is_empty() && entry.producer_epoch == producer_epoch, "fenced to the new epoch");
                 true
             }
             _ => false,
@@ -286,6 +314,12 @@ impl ProducerStates {
             e.current_txn_first_offset.is_some() || e.batches.back().is_none_or(|b| b.last_offset >= log_start_offset)
         });
         self.aborted.retain(|a| a.last_offset >= log_start_offset);
+        assert!(
+            self.producers.values().all(|e| e.current_txn_first_offset.is_some()
+                || e.batches.back().is_none_or(|b| b.last_offset >= log_start_offset)),
+            "no producer is kept whose batches are all gone"
+        );
+        self.check_aborted();
     }
 }
 

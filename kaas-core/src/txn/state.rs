@@ -141,6 +141,28 @@ pub fn verify(entry: &TxnEntry, producer_id: i64, producer_epoch: i16, member: M
 }
 
 impl TxnEntry {
+    /// What every transition leaves true of an entry; it returns the entry, so that each
+    /// transition ends with it.
+    fn checked(self) -> TxnEntry {
+        assert!(self.producer_id >= 0, "a transactional id has a producer id");
+        assert!(self.producer_epoch >= 0 && self.producer_epoch <= EPOCH_MAX, "the epoch is in range");
+        assert!(
+            self.last_producer_epoch == -1 || self.last_producer_epoch < self.producer_epoch,
+            "the previous epoch is older"
+        );
+        assert!(self.transaction_timeout_ms > 0, "the timeout was validated");
+        match self.state {
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                assert!(self.partitions.is_empty() && self.groups.is_empty(), "no markers owed outside a transaction");
+                assert_eq!(self.ongoing_since_ms, -1, "no transaction is running");
+            }
+            TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort => {
+                assert!(self.ongoing_since_ms >= 0, "a running transaction knows when it began");
+            }
+        }
+        self
+    }
+
     fn transition(&self, next: TxnState) -> TxnEntry {
         assert!(self.state.may_become(next), "illegal transaction transition {:?} -> {next:?}", self.state);
         let mut entry = self.clone();
@@ -203,7 +225,7 @@ pub fn init_producer_id(
             // A caller that believes it has an id for an unknown transactional id is a zombie.
             return Err(TxnError::ProducerFenced);
         }
-        return Ok(InitOutcome::Ready(TxnEntry {
+        let entry = TxnEntry {
             transactional_id: transactional_id.to_string(),
             producer_id: fresh_producer_id(),
             producer_epoch: 0,
@@ -213,7 +235,8 @@ pub fn init_producer_id(
             partitions: BTreeSet::new(),
             groups: BTreeSet::new(),
             ongoing_since_ms: -1,
-        }));
+        };
+        return Ok(InitOutcome::Ready(entry.checked()));
     };
     if let Some((producer_id, producer_epoch)) = expected {
         if producer_id != entry.producer_id {
@@ -222,7 +245,7 @@ pub fn init_producer_id(
         if producer_epoch == entry.last_producer_epoch && !entry.state.is_prepared() && entry.state != TxnState::Ongoing
         {
             // A retry of the InitProducerId that made the current epoch: the same answer.
-            return Ok(InitOutcome::Ready(entry.clone()));
+            return Ok(InitOutcome::Ready(entry.clone().checked()));
         }
         if producer_epoch != entry.producer_epoch {
             return Err(TxnError::ProducerFenced);
@@ -234,12 +257,12 @@ pub fn init_producer_id(
             // Fence the old producer now; the abort completes before the new one may start.
             let mut aborting = entry.bumped_for_abort().transition(TxnState::PrepareAbort);
             aborting.transaction_timeout_ms = transaction_timeout_ms;
-            Ok(InitOutcome::AbortFirst(aborting))
+            Ok(InitOutcome::AbortFirst(aborting.checked()))
         }
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
             let mut ready = entry.bumped(fresh_producer_id).transition(TxnState::Empty);
             ready.transaction_timeout_ms = transaction_timeout_ms;
-            Ok(InitOutcome::Ready(ready))
+            Ok(InitOutcome::Ready(ready.checked()))
         }
     }
 }
@@ -264,7 +287,8 @@ fn add(
         next.ongoing_since_ms = now_ms;
     }
     extend(&mut next);
-    Ok(next)
+    assert_eq!(next.state, TxnState::Ongoing);
+    Ok(next.checked())
 }
 
 pub fn add_partitions(
@@ -297,8 +321,8 @@ pub fn add_offsets(
 pub fn end_txn(entry: &TxnEntry, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<EndOutcome, TxnError> {
     entry.check_producer(producer_id, producer_epoch)?;
     match (entry.state, commit) {
-        (TxnState::Ongoing, true) => Ok(EndOutcome::Prepared(entry.transition(TxnState::PrepareCommit))),
-        (TxnState::Ongoing, false) => Ok(EndOutcome::Prepared(entry.transition(TxnState::PrepareAbort))),
+        (TxnState::Ongoing, true) => Ok(EndOutcome::Prepared(entry.transition(TxnState::PrepareCommit).checked())),
+        (TxnState::Ongoing, false) => Ok(EndOutcome::Prepared(entry.transition(TxnState::PrepareAbort).checked())),
         (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(EndOutcome::AlreadyComplete),
         (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => Err(TxnError::ConcurrentTransactions),
         _ => Err(TxnError::InvalidTxnState),
@@ -316,7 +340,7 @@ pub fn complete(entry: &TxnEntry) -> TxnEntry {
     done.partitions.clear();
     done.groups.clear();
     done.ongoing_since_ms = -1;
-    done
+    done.checked()
 }
 
 /// The reaper: an Ongoing transaction past its timeout is aborted with an epoch bump, so that
@@ -327,9 +351,14 @@ pub fn time_out(entry: &TxnEntry, now_ms: i64) -> Option<TxnEntry> {
         return None;
     }
     if crate::mutant!(ReaperWithoutEpochBump) {
-        return Some(entry.transition(TxnState::PrepareAbort));
+        return Some(entry.transition(TxnState::PrepareAbort).checked());
     }
-    Some(entry.bumped_for_abort().transition(TxnState::PrepareAbort))
+    let aborting = entry.bumped_for_abort().transition(TxnState::PrepareAbort).checked();
+    assert!(
+        aborting.producer_epoch > entry.producer_epoch || entry.producer_epoch >= EPOCH_MAX,
+        "the reaper fences the producer it aborts"
+    );
+    Some(aborting)
 }
 
 #[cfg(test)]
