@@ -159,12 +159,7 @@ async fn workload(g: Groups, world: Shared, group: Group) -> turmoil::Result {
     }
     for p in 0..g.partitions {
         consumer::final_committed(&world, GROUP, TOPIC, p).await;
-        let (read, hwm, corrupt) = consumer::read_partition(&world, TOPIC, p).await;
-        let mut w = world.lock().unwrap();
-        w.violations.extend(corrupt);
-        let history = w.partitions.entry(p).or_default();
-        history.read = read;
-        history.high_watermark = hwm;
+        consumer::final_read(&world, TOPIC, p).await;
     }
     Ok(())
 }

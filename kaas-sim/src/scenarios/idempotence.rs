@@ -17,7 +17,7 @@ use super::common::{self, Common, FaultMix};
 use super::{RunResult, World};
 use crate::checkers;
 use crate::workloads::idempotent::{self, SharedProducers};
-use crate::workloads::{self, Shared};
+use crate::workloads::{self, Shared, consumer};
 
 const TOPIC: &str = "idempotent";
 const SIM_SECONDS_MAX: u64 = 900;
@@ -110,12 +110,7 @@ async fn workload(world_: Idempotence, world: Shared, producers: SharedProducers
         t.await?;
     }
     for p in 0..world_.partitions {
-        let (read, hwm, corrupt) = workloads::consumer::read_partition(&world, TOPIC, p).await;
-        let mut w = world.lock().unwrap();
-        w.violations.extend(corrupt);
-        let history = w.partitions.entry(p).or_default();
-        history.read = read;
-        history.high_watermark = hwm;
+        consumer::final_read(&world, TOPIC, p).await;
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use super::{RunResult, World};
 use crate::checkers;
 use crate::client::{KAFKA_STORAGE_ERROR, Outcome, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::history::outcome_name;
-use crate::workloads::{self, Shared, backoff, consumer};
+use crate::workloads::{self, Shared, backoff};
 
 const TOPIC: &str = "churn";
 const SIM_SECONDS_MAX: u64 = 600;
@@ -95,12 +95,7 @@ async fn workload(t: TopicChurn, world: Shared) -> turmoil::Result {
         }
     }
     for p in 0..t.partitions {
-        let (read, hwm, corrupt) = consumer::read_partition(&world, TOPIC, p).await;
-        let mut w = world.lock().unwrap();
-        w.violations.extend(corrupt);
-        let history = w.partitions.entry(p).or_default();
-        history.read = read;
-        history.high_watermark = hwm;
+        workloads::consumer::final_read(&world, TOPIC, p).await;
     }
     Ok(())
 }

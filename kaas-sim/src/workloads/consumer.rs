@@ -204,6 +204,17 @@ pub async fn read_partition(world: &Shared, topic: &str, partition: i32) -> (Vec
     }
 }
 
+/// Reads a whole partition once the workload is done and keeps the read in its history, for
+/// the log checker; a corrupt batch is a violation.
+pub async fn final_read(world: &Shared, topic: &str, partition: i32) {
+    let (read, hwm, corrupt) = read_partition(world, topic, partition).await;
+    let mut w = world.lock().unwrap();
+    w.violations.extend(corrupt);
+    let history = w.partitions.entry(partition).or_default();
+    history.read = read;
+    history.high_watermark = hwm;
+}
+
 /// Reads a partition read_committed from its log start once the workload is done, until its
 /// last stable offset reaches its high watermark (or `deadline` passes: then what is stable).
 pub async fn read_committed_to_end(
