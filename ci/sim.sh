@@ -11,8 +11,8 @@
 # Seeds run in parallel on every core. Fails on any violation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FIXED=${KAAS_SIM_FIXED:-150}
-ROTATING=${KAAS_SIM_ROTATING:-150}
+FIXED=${KAAS_SIM_FIXED:-400}
+ROTATING=${KAAS_SIM_ROTATING:-600}
 MUTANT_SEEDS=${KAAS_SIM_MUTANT_SEEDS:-400}
 cargo build --profile sim -p kaas-sim
 sim=target/sim/kaas-sim
