@@ -111,24 +111,53 @@ pub trait Volume: Clone + Send + Sync + 'static {
     /// Removes a directory and everything in it, durably; absent is not an error.
     fn remove_dir_all(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
 
-    /// Atomic durable replace, in its real steps: write `<path>.tmp`, fsync it, rename it over
-    /// `path`, fsync the directory. A crash leaves the old content or the new, never a mix
-    /// (and perhaps a stray `.tmp`, which readers skip). Both envs use this one composition,
-    /// so the simulator crashes the production sequence between any two of its steps: do not
-    /// override it.
+    /// Atomic durable replace, in its real steps (`replace_steps`): write `<path>.tmp`, fsync
+    /// it, rename it over `path`, fsync the directory. A crash leaves the old content or the
+    /// new, never a mix (and perhaps a stray `.tmp`, which readers skip). The simulator runs
+    /// the steps one call at a time, so that a crash can fall between any two; the real volume
+    /// runs the same list in one blocking call.
     fn write_atomic(&self, path: &str, data: Bytes) -> impl Future<Output = io::Result<()>> + Send {
         async move {
             let tmp = tmp_path(path);
-            let file = self.create(&tmp).await?;
-            file.append(data).await?;
-            file.sync().await?;
-            drop(file);
-            self.rename(&tmp, path).await?;
-            if crate::mutant!(AtomicReplaceSkipsDirSync) {
-                return Ok(());
+            let mut file = None;
+            for step in replace_steps() {
+                match step {
+                    ReplaceStep::WriteTmp => {
+                        let created = self.create(&tmp).await?;
+                        created.append(data.clone()).await?;
+                        file = Some(created);
+                    }
+                    ReplaceStep::SyncTmp => file.take().expect("written first").sync().await?,
+                    ReplaceStep::Rename => self.rename(&tmp, path).await?,
+                    ReplaceStep::SyncDir => self.sync_dir(parent(path)).await?,
+                }
             }
-            self.sync_dir(parent(path)).await
+            Ok(())
         }
+    }
+}
+
+/// One step of the atomic replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplaceStep {
+    /// Create `<path>.tmp` (empty) and write the new content into it.
+    WriteTmp,
+    /// fsync the temporary file.
+    SyncTmp,
+    /// Rename it over the target.
+    Rename,
+    /// fsync the directory, which makes the rename durable.
+    SyncDir,
+}
+
+/// The atomic replace, as both volumes carry it out: one list, so that what the simulator
+/// crashes step by step is what production runs.
+pub fn replace_steps() -> &'static [ReplaceStep] {
+    use ReplaceStep::*;
+    if crate::mutant!(AtomicReplaceSkipsDirSync) {
+        &[WriteTmp, SyncTmp, Rename]
+    } else {
+        &[WriteTmp, SyncTmp, Rename, SyncDir]
     }
 }
 

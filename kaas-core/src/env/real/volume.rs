@@ -1,7 +1,7 @@
 //! `Volume` over std::fs, each operation on tokio's blocking pool.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, ErrorKind};
+use std::io::{self, ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use crate::env::{Volume, VolumeFile, parent};
+use crate::env::{ReplaceStep, Volume, VolumeFile, parent, replace_steps, tmp_path};
 
 #[derive(Clone)]
 pub struct RealVolume {
@@ -158,6 +158,31 @@ impl Volume for RealVolume {
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let (from, to) = (self.path(from), self.path(to));
         blocking(move || fs::rename(from, to)).await
+    }
+
+    /// The steps of `replace_steps`, in one blocking call: four hops to the blocking pool
+    /// instead of one cost a third of the transactions a group commit gets through.
+    async fn write_atomic(&self, path: &str, data: Bytes) -> io::Result<()> {
+        let full = self.path(path);
+        let tmp = self.path(&tmp_path(path));
+        let dir = self.path(parent(path));
+        blocking(move || {
+            let mut file = None;
+            for step in replace_steps() {
+                match step {
+                    ReplaceStep::WriteTmp => {
+                        let mut created = File::create(&tmp)?;
+                        created.write_all(&data)?;
+                        file = Some(created);
+                    }
+                    ReplaceStep::SyncTmp => file.take().expect("written first").sync_all()?,
+                    ReplaceStep::Rename => fs::rename(&tmp, &full)?,
+                    ReplaceStep::SyncDir => sync_dir(&dir)?,
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn sync_dir(&self, dir: &str) -> io::Result<()> {
