@@ -72,8 +72,8 @@ impl World for Copier {
         }
     }
 
-    fn check(&self) -> Result<(), String> {
-        self.common.check()
+    fn common(&self) -> &Common {
+        &self.common
     }
 
     fn run(&self, seed: u64) -> RunResult {

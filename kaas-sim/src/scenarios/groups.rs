@@ -73,8 +73,8 @@ impl World for Groups {
         }
     }
 
-    fn check(&self) -> Result<(), String> {
-        self.common.check()
+    fn common(&self) -> &Common {
+        &self.common
     }
 
     fn run(&self, seed: u64) -> RunResult {

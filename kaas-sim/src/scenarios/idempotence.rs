@@ -56,8 +56,8 @@ impl World for Idempotence {
         }
     }
 
-    fn check(&self) -> Result<(), String> {
-        self.common.check()
+    fn common(&self) -> &Common {
+        &self.common
     }
 
     fn run(&self, seed: u64) -> RunResult {

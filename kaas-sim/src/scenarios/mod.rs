@@ -40,9 +40,13 @@ pub fn class(violation: &str) -> &str {
 pub trait World: Serialize + DeserializeOwned + std::fmt::Debug {
     /// Draws the world of `seed`.
     fn draw(seed: u64) -> Self;
+    /// The part every world has.
+    fn common(&self) -> &common::Common;
     /// Whether this build can run the world (it names no BUGGIFY site or crash point this
     /// build lacks).
-    fn check(&self) -> Result<(), String>;
+    fn check(&self) -> Result<(), String> {
+        self.common().check()
+    }
     /// Runs the world; `seed` also seeds turmoil's own draws (message latencies).
     fn run(&self, seed: u64) -> RunResult;
 }

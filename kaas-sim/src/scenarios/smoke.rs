@@ -136,8 +136,8 @@ impl World for Smoke {
         Smoke { common: Common::draw(&mut rng, mix(&load)), load }
     }
 
-    fn check(&self) -> Result<(), String> {
-        self.common.check()
+    fn common(&self) -> &Common {
+        &self.common
     }
 
     fn run(&self, seed: u64) -> RunResult {
@@ -181,8 +181,8 @@ impl World for ClusterSmoke {
         ClusterSmoke { common, loads }
     }
 
-    fn check(&self) -> Result<(), String> {
-        self.common.check()
+    fn common(&self) -> &Common {
+        &self.common
     }
 
     fn run(&self, seed: u64) -> RunResult {

@@ -55,8 +55,8 @@ impl World for TopicChurn {
         }
     }
 
-    fn check(&self) -> Result<(), String> {
-        self.common.check()
+    fn common(&self) -> &Common {
+        &self.common
     }
 
     fn run(&self, seed: u64) -> RunResult {

@@ -166,6 +166,10 @@ macro_rules! txn_world {
                 self.0.common.check()
             }
 
+            fn common(&self) -> &Common {
+                &self.0.common
+            }
+
             fn run(&self, seed: u64) -> RunResult {
                 self.0.run($scenario, seed)
             }
