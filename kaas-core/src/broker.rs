@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::cluster::membership::{self, MembershipHandle};
 use crate::config::BrokerConfig;
 use crate::env::Env;
 use crate::error::CoreResult;
@@ -19,23 +20,27 @@ pub struct Broker<E: Env> {
     pub groups: GroupsHandle,
     pub producer_ids: ProducerIdsHandle,
     pub txn: TxnCoordinatorHandle,
+    pub membership: MembershipHandle,
 }
 
 impl<E: Env> Broker<E> {
     /// Recovers every partition and the committed offsets from the volume and starts the actors.
     pub async fn start(env: E, config: BrokerConfig) -> CoreResult<Self> {
         let config = Arc::new(config);
-        let topics = topics::start(&env, config.clone()).await?;
+        let membership = membership::start(&env, config.clone()).await?;
+        let topics = topics::start(&env, config.clone(), membership.clone()).await?;
         let groups = group::start(&env, config.clone()).await?;
         let producer_ids = ids::start(&env, config.broker_id).await?;
         let txn =
             coordinator::start(&env, config.clone(), topics.clone(), groups.clone(), producer_ids.clone()).await?;
-        Ok(Broker { env, config, topics, groups, producer_ids, txn })
+        Ok(Broker { env, config, topics, groups, producer_ids, txn, membership })
     }
 
-    /// Flushes and closes every partition log.
+    /// Graceful shutdown: flushes and closes every partition log, releasing each, then marks
+    /// the lease as leaving, so peers take everything over at once.
     pub async fn shutdown(&self) {
         self.topics.shutdown().await;
+        self.membership.leave().await;
     }
 }
 

@@ -34,6 +34,19 @@ pub struct BrokerConfig {
     /// How often the reaper aborts timed-out transactions and the reconcile finishes prepared
     /// ones (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
     pub transaction_cleanup_interval_ms: u64,
+    /// A peer is live while this broker saw its lease renewed within this long, timed on this
+    /// broker's own monotonic clock (`broker.session.timeout.ms`, Apache's name and default).
+    pub broker_session_timeout_ms: u64,
+    /// How often a broker renews its lease (`broker.heartbeat.interval.ms`).
+    pub broker_heartbeat_interval_ms: u64,
+    /// How much of its own lease a broker gives up to allow for clock rate drift between it and
+    /// its peers (`broker.lease.drift.margin.ms`): it stops acking this long before a peer could
+    /// take over, so a peer's clock may run that much fast without two writers.
+    pub broker_lease_drift_margin_ms: u64,
+    /// How long a joining or returning broker holds its lease before it takes ownership from
+    /// live peers (`broker.ownership.settle.ms`): a flapping broker does not make ownership
+    /// thrash. A dead broker's things move at once, whatever this is.
+    pub broker_ownership_settle_ms: u64,
     /// Every `name=value` given, for DescribeConfigs.
     pub explicit: BTreeMap<String, String>,
 }
@@ -63,6 +76,10 @@ impl Default for BrokerConfig {
             producer_id_expiration_ms: 86_400_000,
             transaction_max_timeout_ms: 900_000,
             transaction_cleanup_interval_ms: 10_000,
+            broker_session_timeout_ms: 9000,
+            broker_heartbeat_interval_ms: 2000,
+            broker_lease_drift_margin_ms: 1000,
+            broker_ownership_settle_ms: 6000,
             explicit: BTreeMap::new(),
         }
     }
@@ -86,6 +103,10 @@ impl BrokerConfig {
                     return Err(format!("{name} must be positive"));
                 }
             }
+            "broker.session.timeout.ms" => self.broker_session_timeout_ms = parse(name, value)?,
+            "broker.heartbeat.interval.ms" => self.broker_heartbeat_interval_ms = parse(name, value)?,
+            "broker.lease.drift.margin.ms" => self.broker_lease_drift_margin_ms = parse(name, value)?,
+            "broker.ownership.settle.ms" => self.broker_ownership_settle_ms = parse(name, value)?,
             "auto.create.topics.enable" => self.auto_create_topics_enable = parse(name, value)?,
             "num.partitions" => {
                 self.num_partitions = parse(name, value)?;
@@ -112,6 +133,21 @@ impl BrokerConfig {
             _ => tracing::warn!(name, "unknown configuration name: kept, but it changes nothing"),
         }
         self.explicit.insert(name.to_string(), value.to_string());
+        Ok(())
+    }
+
+    /// Checks settings that constrain each other, once all are given.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.broker_heartbeat_interval_ms == 0
+            || self.broker_heartbeat_interval_ms * 2 > self.broker_session_timeout_ms
+            || self.broker_lease_drift_margin_ms * 2 > self.broker_session_timeout_ms
+        {
+            return Err(
+                "broker.heartbeat.interval.ms must be positive and at most half of broker.session.timeout.ms, \
+                 and broker.lease.drift.margin.ms at most half of it"
+                    .into(),
+            );
+        }
         Ok(())
     }
 

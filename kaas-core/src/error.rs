@@ -89,6 +89,7 @@ impl From<crate::log::LogError> for CoreError {
     fn from(e: crate::log::LogError) -> Self {
         match e {
             crate::log::LogError::OffsetOutOfRange => CoreError::OffsetOutOfRange,
+            crate::log::LogError::Fenced(_) => CoreError::NotLeaderOrFollower,
             other => CoreError::Storage(other.to_string()),
         }
     }

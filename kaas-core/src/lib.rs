@@ -61,6 +61,7 @@ pub(crate) async fn park_for_crash() {
 pub const SIM_HOOKS: bool = cfg!(feature = "sim");
 
 pub mod broker;
+pub mod cluster;
 pub mod config;
 pub mod env;
 pub mod error;

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::cluster::{Claimed, ClusterView};
 use crate::config::PartitionSettings;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
@@ -45,6 +46,11 @@ pub struct Watermarks {
     pub last_stable_offset: i64,
     pub log_end_offset: i64,
     pub online: bool,
+    /// The ownership epoch this broker serves the partition under (Kafka's leader epoch).
+    pub leader_epoch: i32,
+    /// Whether this broker owns the partition now; if not, every request for it is answered
+    /// NOT_LEADER_OR_FOLLOWER.
+    pub owned: bool,
 }
 
 /// What the produce path needs to know before a transactional append, as last published.
@@ -116,6 +122,18 @@ enum Command {
     },
     SetConfig(PartitionSettings),
     EnforceRetention,
+    /// This broker claimed the partition: open the log and serve it under `claimed.epoch`, for
+    /// as long as the lease session `session` lasts.
+    Own {
+        claimed: Claimed,
+        session: u64,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    /// Stop serving: answer what is queued, sync, snapshot and close the log. Replies once
+    /// nothing more will be written, so the claim can be released.
+    Disown {
+        reply: oneshot::Sender<()>,
+    },
     /// Syncs and stops; with `delete`, removes the partition's files first.
     Stop {
         delete: bool,
@@ -224,6 +242,16 @@ impl PartitionHandle {
         let _ = self.tx.send(Command::EnforceRetention).await;
     }
 
+    /// Opens the log and serves it under the claimed epoch.
+    pub async fn own(&self, claimed: Claimed, session: u64) -> CoreResult<()> {
+        self.ask(|reply| Command::Own { claimed, session, reply }).await.unwrap_or_else(|| Err(stopped()))
+    }
+
+    /// Stops serving; returns once the last write is done.
+    pub async fn disown(&self) {
+        self.ask(|reply| Command::Disown { reply }).await;
+    }
+
     /// Syncs and stops the actor; with `delete`, its files are removed too.
     pub async fn stop(&self, delete: bool) {
         self.ask(|reply| Command::Stop { delete, reply }).await;
@@ -265,14 +293,25 @@ struct PartitionActor<E: Env> {
     /// state is rebuilt from the log and the last snapshot whenever the log is reopened, and
     /// neither holds a fence, so they are applied again after every (re)open.
     fences: BTreeMap<i64, i16>,
+    /// The epoch and lease session this broker serves the partition under; `None`: it does not.
+    owned: Option<Owned>,
+    /// The membership's view: an ack is sent only while the lease of `owned.session` is valid.
+    cluster: watch::Receiver<Arc<ClusterView>>,
 }
 
-/// Opens the partition at `dir` and starts its actor.
+#[derive(Debug, Clone, Copy)]
+struct Owned {
+    claimed: Claimed,
+    session: u64,
+}
+
+/// Starts the actor of the partition at `dir`. It serves nothing until told to `own` it.
 pub async fn start<E: Env>(
     env: &E,
     dir: String,
     settings: PartitionSettings,
     data_version: watch::Sender<u64>,
+    cluster: watch::Receiver<Arc<ClusterView>>,
 ) -> PartitionHandle {
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let (watermarks, watermarks_rx) = watch::channel(Watermarks::default());
@@ -295,6 +334,8 @@ pub async fn start<E: Env>(
         segments_at_snapshot: 0,
         cut_before_open: None,
         fences: BTreeMap::new(),
+        owned: None,
+        cluster,
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
@@ -302,14 +343,23 @@ pub async fn start<E: Env>(
 }
 
 impl<E: Env> PartitionActor<E> {
+    /// Whether this broker may still answer as the partition's owner: it owns it, and the lease
+    /// session it claimed it in is still valid (write, then verify: checked after each sync).
+    fn lease_ok(&self) -> bool {
+        let Some(owned) = self.owned else { return false };
+        let view = self.cluster.borrow();
+        view.session == owned.session && view.lease_valid(self.env.clock().monotonic())
+    }
+
     async fn ensure_open(&mut self) -> Option<&mut PartitionLog<E::Volume>> {
+        let owned = self.owned?;
         if self.log.is_none() {
             let volume = self.env.volume().clone();
             self.cut_pending().await;
             if self.cut_before_open.is_some() {
                 return None;
             }
-            let opened = match PartitionLog::open(volume.clone(), &self.dir, self.config).await {
+            let opened = match PartitionLog::open(volume.clone(), &self.dir, self.config, owned.claimed).await {
                 Ok(log) => snapshot::restore(&volume, &log).await.map(|producers| (log, producers)),
                 Err(e) => Err(e),
             };
@@ -335,7 +385,9 @@ impl<E: Env> PartitionActor<E> {
         let Some(log) = &self.log else { return };
         let high_watermark = log.high_watermark();
         self.unsynced_ends.retain(|&(marker, _)| marker >= high_watermark);
-        let now = watermarks_of(log, &self.producers, &self.unsynced_ends);
+        let mut now = watermarks_of(log, &self.producers, &self.unsynced_ends);
+        now.leader_epoch = self.owned.map_or(0, |o| o.claimed.epoch as i32);
+        now.owned = self.owned.is_some();
         let before = *self.watermarks.borrow();
         self.check_txn_bookkeeping(&now);
         assert!(now.high_watermark >= before.high_watermark, "the high watermark never moves back");
@@ -385,7 +437,7 @@ impl<E: Env> PartitionActor<E> {
         loop {
             // A log that could not be opened is tried again on the next command, and on its
             // own now and then: readers of the published watermarks (ListOffsets) send none.
-            let command = if self.log.is_none() {
+            let command = if self.log.is_none() && self.owned.is_some() {
                 tokio::select! {
                     biased;
                     command = rx.recv() => command,
@@ -436,8 +488,18 @@ impl<E: Env> PartitionActor<E> {
         if log.high_watermark() == log.log_end_offset() && acks.is_empty() {
             return;
         }
-        match log.sync().await {
+        let synced = log.sync().await;
+        match synced {
+            Ok(()) if !self.lease_ok() => {
+                // Written and durable, but the lease ran out meanwhile: a peer may own the
+                // partition already. Effect unknown to the producer, which retries elsewhere.
+                self.publish();
+                for (reply, _) in acks.drain(..) {
+                    let _ = reply.send(Err(CoreError::NotLeaderOrFollower));
+                }
+            }
             Ok(()) => {
+                let log = self.log.as_ref().expect("synced");
                 let log_start_offset = log.log_start_offset();
                 let rolled = log.segment_count() != self.segments_at_snapshot;
                 self.publish();
@@ -457,8 +519,8 @@ impl<E: Env> PartitionActor<E> {
     async fn write_snapshot(&mut self) {
         let Some(log) = &self.log else { return };
         assert_eq!(log.high_watermark(), log.log_end_offset(), "a snapshot is taken with nothing unsynced");
-        let (offset, segments) = (log.log_end_offset(), log.segment_count());
-        match snapshot::write(self.env.volume(), &self.dir, offset, &self.producers).await {
+        let (offset, segments, epoch) = (log.log_end_offset(), log.segment_count(), log.epoch());
+        match snapshot::write(self.env.volume(), &self.dir, offset, epoch, &self.producers).await {
             Ok(()) => {
                 self.segments_at_snapshot = segments;
                 // The snapshot holds every fence a producer it knows has taken; a producer it
@@ -522,6 +584,35 @@ impl<E: Env> PartitionActor<E> {
                 }
                 return;
             }
+            Command::Own { claimed, session, reply } => {
+                tracing::debug!(dir = %self.dir, ?claimed, session, "own");
+                if self.owned.is_some_and(|o| o.claimed.epoch == claimed.epoch && o.session == session) {
+                    let _ = reply.send(Ok(()));
+                    return;
+                }
+                self.finish_group(acks).await;
+                self.stop(false).await;
+                self.owned = Some(Owned { claimed, session });
+                self.watermarks.send_modify(|w| {
+                    w.online = false;
+                    w.owned = true;
+                });
+                let opened = self.ensure_open().await.is_some();
+                let _ = reply.send(if opened { Ok(()) } else { Err(CoreError::Storage("cannot open the log".into())) });
+                return;
+            }
+            Command::Disown { reply } => {
+                tracing::debug!(dir = %self.dir, owned = ?self.owned, "disown");
+                self.finish_group(acks).await;
+                self.stop(false).await;
+                self.owned = None;
+                self.watermarks.send_modify(|w| {
+                    w.online = false;
+                    w.owned = false;
+                });
+                let _ = reply.send(());
+                return;
+            }
             Command::SetConfig(settings) => {
                 if let Some(log) = self.log.as_mut() {
                     log.set_config(settings.log);
@@ -535,8 +626,12 @@ impl<E: Env> PartitionActor<E> {
         };
         let max_message_bytes = self.max_message_bytes;
         let now_ms = self.env.clock().now_ms();
+        if !self.lease_ok() {
+            reply_with(command, CoreError::NotLeaderOrFollower);
+            return;
+        }
         if self.ensure_open().await.is_none() {
-            reply_unavailable(command);
+            reply_with(command, CoreError::Storage("partition log unavailable".into()));
             return;
         }
         let log = self.log.as_mut().expect("opened");
@@ -626,7 +721,8 @@ impl<E: Env> PartitionActor<E> {
             Command::Read { offset, max_bytes, isolation, reply } => {
                 // A short read still holds a whole batch: consumers must cope with any split.
                 let max_bytes = if crate::buggify!("partition.short_read") { 1 } else { max_bytes };
-                let watermarks = watermarks_of(log, &self.producers, &self.unsynced_ends);
+                let mut watermarks = watermarks_of(log, &self.producers, &self.unsynced_ends);
+                watermarks.leader_epoch = self.owned.map_or(0, |o| o.claimed.epoch as i32);
                 let (upper, aborted) = match isolation {
                     Isolation::ReadUncommitted => (None, Vec::new()),
                     Isolation::ReadCommitted => {
@@ -664,7 +760,9 @@ impl<E: Env> PartitionActor<E> {
                 let _ = reply.send(Ok(producers));
             }
             Command::Stop { .. } => unreachable!("handled by run"),
-            Command::Fence(_) | Command::SetConfig(_) => unreachable!("handled before the log is opened"),
+            Command::Fence(_) | Command::SetConfig(_) | Command::Own { .. } | Command::Disown { .. } => {
+                unreachable!("handled before the log is opened")
+            }
         }
     }
 
@@ -741,11 +839,13 @@ fn watermarks_of<V: crate::env::Volume>(
         last_stable_offset,
         log_end_offset: log.log_end_offset(),
         online: true,
+        leader_epoch: 0,
+        owned: true,
     }
 }
 
-fn reply_unavailable(command: Command) {
-    let error = || CoreError::Storage("partition log unavailable".into());
+fn reply_with(command: Command, error: CoreError) {
+    let error = || error.clone();
     match command {
         Command::Append { reply: Some(reply), .. } => drop(reply.send(Err(error()))),
         Command::WriteMarker { reply, .. } => drop(reply.send(Err(error()))),
@@ -759,12 +859,15 @@ fn reply_unavailable(command: Command) {
         | Command::SetConfig(_)
         | Command::EnforceRetention
         | Command::Stop { .. } => {}
+        Command::Own { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Disown { reply } => drop(reply.send(())),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::Env;
     use crate::env::real::{RealEnv, RealRng};
     use crate::log::batch::tests::make_producer_batch;
 
@@ -788,7 +891,11 @@ mod tests {
         let (pid, now) = (1 << 40, 1_767_225_600_000);
         let batch = |seq: i32| make_producer_batch(5, now, pid, 0, seq);
         let (data_version, _) = watch::channel(0);
-        let partition = start(&env, "t-0".into(), settings, data_version.clone()).await;
+        let view = ClusterView::standalone(0, crate::env::Clock::monotonic(env.clock()));
+        let (_cluster, cluster_rx) = watch::channel(Arc::new(view));
+        let solo = |epoch| Claimed { epoch, takeover: true };
+        let partition = start(&env, "t-0".into(), settings, data_version.clone(), cluster_rx.clone()).await;
+        partition.own(solo(1), 0).await.unwrap();
         let mut offsets = Vec::new();
         for i in 0..12 {
             offsets.push(produce(&partition, batch(i * 5)).await.unwrap());
@@ -804,7 +911,8 @@ mod tests {
         let names = crate::env::Volume::list(crate::env::Env::volume(&env), "t-0").await.unwrap();
         let snapshots = names.iter().filter(|n| n.ends_with(".snapshot"));
         assert!(snapshots.count() >= 1, "segment rolls wrote snapshots");
-        let partition = start(&env, "t-0".into(), settings, data_version).await;
+        let partition = start(&env, "t-0".into(), settings, data_version, cluster_rx).await;
+        partition.own(solo(2), 0).await.unwrap();
         let end = partition.watermarks().log_end_offset;
         assert_eq!(produce(&partition, batch(55)).await.unwrap(), offsets[11]);
         assert_eq!(produce(&partition, batch(35)).await.unwrap(), offsets[7]);

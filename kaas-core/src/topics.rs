@@ -1,6 +1,13 @@
-//! The topic manager actor: the one writer of topic metadata (`__cluster/topics/<name>.json`)
+//! The topic manager actor: this broker's writer of topic metadata (`__cluster/topics/<name>.json`)
 //! and the owner of every partition actor. It publishes an immutable snapshot of the topics and
 //! their partition handles, which connections read to route requests without asking it.
+//!
+//! In a cluster every broker runs one: a topic is created by exclusive create of its file (of two
+//! brokers racing, one wins and both end up with its topic id), and each broker reads the topic
+//! files again on every membership heartbeat to learn of peers' creations, deletions and
+//! changes. It also reconciles partition ownership against the membership's view: it claims
+//! the partitions the view gives this broker (`cluster::claims`), tells their actors to serve
+//! them, and disowns and releases those it should no longer own.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,6 +16,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::cluster::{Claims, ClusterView, Kind, MembershipHandle};
 use crate::config::{BrokerConfig, validate_topic_config};
 use crate::env::{Clock, Env, Rng, Spawner, Volume, join};
 use crate::error::{CoreError, CoreResult};
@@ -190,11 +198,22 @@ struct TopicManager<E: Env> {
     topics: BTreeMap<String, Arc<TopicState>>,
     snapshot: watch::Sender<Arc<MetadataSnapshot>>,
     data_version: watch::Sender<u64>,
+    membership: MembershipHandle,
+    claims: Claims<E::Volume>,
+    /// Partitions this broker serves: (topic, partition) -> (epoch, lease session).
+    owned: BTreeMap<(String, i32), (u32, u64)>,
+    /// Partitions given up whose release could not be written yet: retried on every
+    /// reconcile, since until it lands the next owner waits for this broker's lease.
+    unreleased: BTreeMap<String, u32>,
 }
 
 /// Loads every topic from the volume, opens (and so recovers) every partition, and starts the
 /// manager. Returns once all partitions are open.
-pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<TopicsHandle> {
+pub async fn start<E: Env>(
+    env: &E,
+    config: Arc<BrokerConfig>,
+    membership: MembershipHandle,
+) -> CoreResult<TopicsHandle> {
     let empty = MetadataSnapshot {
         topics: BTreeMap::new(),
         names_by_id: BTreeMap::new(),
@@ -211,8 +230,13 @@ pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<Top
         topics: BTreeMap::new(),
         snapshot,
         data_version,
+        membership,
+        claims: Claims::new(env.volume().clone()),
+        owned: BTreeMap::new(),
+        unreleased: BTreeMap::new(),
     };
     manager.load().await?;
+    manager.reconcile().await;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     env.spawner().spawn("topics", manager.run(rx));
     Ok(TopicsHandle { tx, snapshot: snapshot_rx, data_version: data_version_rx })
@@ -242,13 +266,7 @@ impl<E: Env> TopicManager<E> {
             let Some(topic) = name.strip_suffix(".json") else {
                 continue;
             };
-            let path = join(TOPICS_DIR, &name);
-            let raw = volume.read(&path).await.map_err(storage)?.unwrap_or_default();
-            let meta: TopicMeta = serde_json::from_slice(&raw)
-                .map_err(|e| CoreError::Storage(format!("{path}: unreadable topic metadata: {e}")))?;
-            if meta.format_version != TOPIC_FORMAT_VERSION || meta.name != topic {
-                return Err(CoreError::Storage(format!("{path}: unknown format version or name mismatch")));
-            }
+            let Some(meta) = self.read_meta(topic).await? else { continue };
             let state = self.start_partitions(meta, 0, Vec::new()).await;
             self.topics.insert(topic.to_string(), Arc::new(state));
         }
@@ -256,11 +274,154 @@ impl<E: Env> TopicManager<E> {
         Ok(())
     }
 
+    /// A topic's metadata file, by name; `None` if there is none.
+    async fn read_meta(&self, topic: &str) -> CoreResult<Option<TopicMeta>> {
+        let path = join(TOPICS_DIR, &format!("{topic}.json"));
+        let Some(raw) = self.env.volume().read(&path).await.map_err(storage)? else { return Ok(None) };
+        let meta: TopicMeta = serde_json::from_slice(&raw)
+            .map_err(|e| CoreError::Storage(format!("{path}: unreadable topic metadata: {e}")))?;
+        if meta.format_version != TOPIC_FORMAT_VERSION || meta.name != topic {
+            return Err(CoreError::Storage(format!("{path}: unknown format version or name mismatch")));
+        }
+        Ok(Some(meta))
+    }
+
+    /// Picks up what peers did to the topics: new topics, deletions, new partitions and config
+    /// changes. Names come from a listing (new topics may show late on NFS); a topic missing
+    /// from it is confirmed by reading its file by name before it is dropped.
+    async fn rescan(&mut self) {
+        let listed = match self.env.volume().list(TOPICS_DIR).await {
+            Ok(names) => names,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list topics");
+                return;
+            }
+        };
+        let mut names: Vec<String> = listed.iter().filter_map(|n| n.strip_suffix(".json")).map(String::from).collect();
+        names.extend(self.topics.keys().cloned());
+        names.sort();
+        names.dedup();
+        let mut changed = false;
+        for name in names {
+            let meta = match self.read_meta(&name).await {
+                Ok(meta) => meta,
+                Err(e) => {
+                    // Never guessed at: what this broker knows of the topic stands.
+                    tracing::warn!(topic = %name, error = %e, "unreadable topic metadata");
+                    continue;
+                }
+            };
+            let known = self.topics.get(&name).cloned();
+            match (meta, known) {
+                (None, None) => {}
+                (None, Some(state)) => {
+                    tracing::info!(topic = %name, "topic deleted by a peer");
+                    self.topics.remove(&name);
+                    self.stop_topic(&state, false).await;
+                    changed = true;
+                }
+                (Some(meta), Some(state)) if meta.topic_id != state.meta.topic_id => {
+                    self.topics.remove(&name);
+                    self.stop_topic(&state, false).await;
+                    let state = self.start_partitions(meta, 0, Vec::new()).await;
+                    self.topics.insert(name, Arc::new(state));
+                    changed = true;
+                }
+                (Some(meta), Some(state)) if meta != state.meta => {
+                    let settings = self.effective.partition_settings(&meta.configs);
+                    for p in &state.partitions {
+                        p.set_config(settings).await;
+                    }
+                    let from = state.meta.partitions.min(meta.partitions);
+                    let existing = state.partitions.clone();
+                    let state = self.start_partitions(meta, from, existing).await;
+                    self.topics.insert(name, Arc::new(state));
+                    changed = true;
+                }
+                (Some(_), Some(_)) => {}
+                (Some(meta), None) => {
+                    let state = self.start_partitions(meta, 0, Vec::new()).await;
+                    self.topics.insert(name, Arc::new(state));
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.publish();
+        }
+    }
+
+    /// Stops a topic's partition actors, releasing those this broker owned.
+    async fn stop_topic(&mut self, state: &TopicState, delete: bool) {
+        for (p, handle) in state.partitions.iter().enumerate() {
+            let key = (state.meta.name.clone(), p as i32);
+            if let Some((epoch, _)) = self.owned.remove(&key) {
+                handle.disown().await;
+                self.release(partition_dir(&key.0, key.1), epoch).await;
+            }
+            handle.stop(delete).await;
+        }
+    }
+
+    /// Writes the release of a partition given up, or keeps it to retry.
+    async fn release(&mut self, dir: String, epoch: u32) {
+        match self.claims.release(Kind::Partition, &dir, epoch).await {
+            Ok(()) => {
+                self.unreleased.remove(&dir);
+            }
+            Err(e) => {
+                tracing::warn!(partition = %dir, error = %e, "cannot release a partition yet; will retry");
+                self.unreleased.insert(dir, epoch);
+            }
+        }
+    }
+
+    /// Claims the partitions the view gives this broker and serves them; disowns and releases
+    /// those it gives another broker, and everything of a lease session that lapsed.
+    async fn reconcile(&mut self) {
+        for (dir, epoch) in std::mem::take(&mut self.unreleased) {
+            self.release(dir, epoch).await;
+        }
+        let view: Arc<ClusterView> = self.membership.view();
+        let now = self.env.clock().monotonic();
+        let topics: Vec<Arc<TopicState>> = self.topics.values().cloned().collect();
+        tracing::debug!(topics = topics.len(), valid = view.lease_valid(now), owners = ?view.owners(), "reconcile");
+        for state in topics {
+            for (p, handle) in state.partitions.iter().enumerate() {
+                let key = (state.meta.name.clone(), p as i32);
+                let dir = partition_dir(&key.0, key.1);
+                let want = view.should_own(&dir, now);
+                match self.owned.get(&key).copied() {
+                    Some((epoch, session)) if !want || session != view.session => {
+                        handle.disown().await;
+                        self.release(dir.clone(), epoch).await;
+                        self.owned.remove(&key);
+                        tracing::info!(partition = %dir, epoch, "handed over");
+                    }
+                    None if want => match self.claims.try_claim(Kind::Partition, &dir, &view, now).await {
+                        Ok(Some(claimed)) => {
+                            self.unreleased.remove(&dir);
+                            if let Err(e) = handle.own(claimed, view.session).await {
+                                tracing::warn!(partition = %dir, error = %e, "claimed, but cannot open the log yet");
+                            }
+                            self.owned.insert(key, (claimed.epoch, view.session));
+                            tracing::info!(partition = %dir, epoch = claimed.epoch, takeover = claimed.takeover, "took ownership");
+                        }
+                        Ok(None) => tracing::debug!(partition = %dir, "held by another broker"),
+                        Err(e) => tracing::warn!(partition = %dir, error = %e, "cannot claim a partition"),
+                    },
+                    _ => {}
+                }
+            }
+        }
+    }
+
     async fn start_partitions(&self, meta: TopicMeta, from: i32, mut partitions: Vec<PartitionHandle>) -> TopicState {
         let settings = self.effective.partition_settings(&meta.configs);
         for p in from..meta.partitions {
             let dir = partition_dir(&meta.name, p);
-            partitions.push(partition::start(&self.env, dir, settings, self.data_version.clone()).await);
+            let cluster = self.membership.subscribe();
+            partitions.push(partition::start(&self.env, dir, settings, self.data_version.clone(), cluster).await);
         }
         TopicState { meta, partitions }
     }
@@ -278,10 +439,18 @@ impl<E: Env> TopicManager<E> {
     async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
         let interval_ms = self.config.log_retention_check_interval_ms.max(1);
         let mut next_retention = self.env.clock().monotonic() + std::time::Duration::from_millis(interval_ms);
+        let mut cluster = self.membership.subscribe();
         loop {
             let command = tokio::select! {
                 biased;
                 command = rx.recv() => command,
+                changed = cluster.changed() => {
+                    if changed.is_ok() {
+                        self.rescan().await;
+                        self.reconcile().await;
+                    }
+                    continue;
+                }
                 _ = self.env.clock().sleep_until(next_retention) => {
                     next_retention += std::time::Duration::from_millis(interval_ms);
                     for t in self.topics.values() {
@@ -295,10 +464,11 @@ impl<E: Env> TopicManager<E> {
             match command {
                 None => return,
                 Some(Command::Shutdown(reply)) => {
-                    for t in self.topics.values() {
-                        for p in &t.partitions {
-                            p.stop(false).await;
-                        }
+                    // Everything is handed over at once: released claims let peers take over
+                    // without waiting for this broker's lease to run out.
+                    let topics: Vec<Arc<TopicState>> = self.topics.values().cloned().collect();
+                    for t in topics {
+                        self.stop_topic(&t, false).await;
                     }
                     let _ = reply.send(());
                     return;
@@ -361,14 +531,30 @@ impl<E: Env> TopicManager<E> {
         if request.validate_only {
             return Ok(meta);
         }
-        // A crash during an earlier delete may have left partition directories behind.
+        let raw = serde_json::to_vec_pretty(&meta).expect("serialisable");
+        let path = join(TOPICS_DIR, &format!("{}.json", meta.name));
+        match self.env.volume().create_exclusive(&path, Bytes::from(raw)).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // A peer created it first (or a lost reply hides our own create): theirs holds.
+                self.rescan().await;
+                self.reconcile().await;
+                return match self.topics.get(&meta.name) {
+                    Some(t) if t.meta == meta => Ok(meta),
+                    _ => Err(CoreError::TopicAlreadyExists),
+                };
+            }
+            Err(e) => return Err(storage(e)),
+        }
+        // A crash during an earlier delete may have left partition directories behind. Removed
+        // once this broker won the create: no peer serves the topic before it exists.
         for p in (0..partitions).filter(|_| !crate::mutant!(RecreateKeepsStalePartitions)) {
             self.env.volume().remove_dir_all(&partition_dir(&meta.name, p)).await.map_err(storage)?;
         }
-        self.persist(&meta).await?;
         let state = self.start_partitions(meta.clone(), 0, Vec::new()).await;
         self.topics.insert(meta.name.clone(), Arc::new(state));
         self.publish();
+        self.reconcile().await;
         tracing::info!(topic = %meta.name, partitions, "created topic");
         Ok(meta)
     }
@@ -384,13 +570,23 @@ impl<E: Env> TopicManager<E> {
         // The metadata goes first: a crash after it leaves only stray directories, which a
         // later create of the same name removes.
         let path = join(TOPICS_DIR, &format!("{name}.json"));
-        self.env.volume().remove_file(&path).await.map_err(storage)?;
+        if let Err(e) = self.env.volume().remove_file(&path).await {
+            // The file may be gone or not. Still there: the topic lives on, and a retry of the
+            // delete finds it. Gone: its partitions stop (a create of the same name removes
+            // what they leave).
+            match self.read_meta(name).await {
+                Ok(Some(meta)) if meta.topic_id == state.meta.topic_id => {
+                    self.topics.insert(name.to_string(), state);
+                    self.publish();
+                }
+                _ => self.stop_topic(&state, false).await,
+            }
+            return Err(storage(e));
+        }
         if crate::crash_point!("topics.before_partition_removal") {
             crate::park_for_crash().await;
         }
-        for p in &state.partitions {
-            p.stop(true).await;
-        }
+        self.stop_topic(&state, true).await;
         tracing::info!(topic = name, "deleted topic");
         Ok(state.meta.topic_id)
     }
@@ -420,6 +616,7 @@ impl<E: Env> TopicManager<E> {
         let state = self.start_partitions(meta, current, existing).await;
         self.topics.insert(name.to_string(), Arc::new(state));
         self.publish();
+        self.reconcile().await;
         Ok(())
     }
 

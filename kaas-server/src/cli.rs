@@ -127,6 +127,7 @@ pub fn broker_config(args: &ServeArgs, file_text: Option<&str>, bound: &str) -> 
     };
     config.advertised_host = host;
     config.advertised_port = port;
+    config.validate()?;
     Ok(config)
 }
 

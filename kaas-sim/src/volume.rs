@@ -587,6 +587,42 @@ impl Volume for SimVolume {
         Ok(SimFile { volume: self.clone(), inode })
     }
 
+    async fn create_exclusive(&self, path: &str, data: Bytes) -> io::Result<()> {
+        self.reach().await?;
+        // The content is written and synced under a private name first, as the real volume
+        // does; the link into place is the one atomic step, and durable after its dir sync.
+        self.sync_delay().await?;
+        let full = self.full(path);
+        let inode = {
+            let mut state = self.lock();
+            if let Some(e) = state.injected_error() {
+                return Err(e);
+            }
+            if state.paths.contains_key(&full) {
+                return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{full} exists")));
+            }
+            state.check_parent(&full)?;
+            let len = data.len();
+            let inode = state.new_inode(Inode { data: data.to_vec(), durable_len: len, ..Inode::default() });
+            state.paths.insert(full.clone(), inode);
+            state.stats.bytes_appended += len as u64;
+            state.unsynced(&self.host, Undo::Created { path: full.clone(), inode });
+            inode
+        };
+        if let Err(e) = self.sync_dir_full(parent(&full)).await {
+            // As `open` does: the entry goes again, so that a retry makes it anew and syncs its
+            // directory, rather than find it and trust an entry that may not be durable.
+            let mut state = self.lock();
+            if state.paths.get(&full) == Some(&inode) {
+                state.paths.remove(&full);
+                state.inodes.remove(&inode);
+                state.unsynced_entries.retain(|p| !matches!(&p.undo, Undo::Created { inode: i, .. } if *i == inode));
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
     async fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
         self.reach().await?;
         Ok(self.contents(path).map(Bytes::from))

@@ -97,6 +97,13 @@ pub trait Volume: Clone + Send + Sync + 'static {
     /// Creates `path` empty, truncating a file already there. The new entry is not durable
     /// until its directory is synced.
     fn create(&self, path: &str) -> impl Future<Output = io::Result<Self::File>> + Send;
+    /// Creates `path` holding `data`, only if no entry of that name exists (`ErrorKind::
+    /// AlreadyExists` otherwise), durably: the content is written and synced under a temporary
+    /// name and then hard-linked into place, so no reader ever sees the file empty or torn.
+    /// This is the exclusive create ownership claims rest on (link(2) is atomic on local
+    /// disks, NFSv3+, EFS and CephFS). On NFS a lost reply to a retried call can surface as
+    /// AlreadyExists although this call made the file: callers read it back to tell.
+    fn create_exclusive(&self, path: &str, data: Bytes) -> impl Future<Output = io::Result<()>> + Send;
     /// The whole file, or `None` if it does not exist.
     fn read(&self, path: &str) -> impl Future<Output = io::Result<Option<Bytes>>> + Send;
     /// Renames `from` over `to` in one step (readers see the old file or the new one). Not

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::batch::{BatchHeader, HEADER_LEN};
 use super::control::Marker;
 use super::segment::{self, Segment};
+use crate::cluster::Claimed;
 use crate::env::{Volume, VolumeFile, join};
 
 const PARTITION_STATE_FILE: &str = "partition.json";
@@ -45,6 +46,8 @@ pub enum LogError {
     OffsetOutOfRange,
     /// Stored data failed a check it cannot fail unless the volume lost or changed bytes.
     Corrupt(String),
+    /// A newer owner's files are there: this broker no longer owns the partition.
+    Fenced(String),
 }
 
 impl From<io::Error> for LogError {
@@ -59,6 +62,7 @@ impl std::fmt::Display for LogError {
             LogError::Io(e) => write!(f, "i/o error: {e}"),
             LogError::OffsetOutOfRange => write!(f, "offset out of range"),
             LogError::Corrupt(what) => write!(f, "corrupt log: {what}"),
+            LogError::Fenced(what) => write!(f, "fenced: {what}"),
         }
     }
 }
@@ -74,6 +78,7 @@ struct PartitionState {
 pub struct DurableEnd {
     /// The segment that was active.
     pub base_offset: i64,
+    pub epoch: u32,
     /// Its bytes known durable; whatever follows them may be gone after a crash.
     pub len: u64,
 }
@@ -81,7 +86,7 @@ pub struct DurableEnd {
 /// Cuts the segment of `end` in `dir` back to its durable length, durably: what a failed write
 /// or sync left after it is unknown to the disk, however readable it looks.
 pub async fn cut_to_durable<V: Volume>(volume: &V, dir: &str, end: DurableEnd) -> Result<(), LogError> {
-    let file = segment::open_file(volume, dir, end.base_offset).await?;
+    let file = segment::open_file(volume, dir, end.base_offset, end.epoch).await?;
     if file.len() > end.len {
         tracing::warn!(
             dir,
@@ -109,46 +114,99 @@ pub struct PartitionLog<V: Volume> {
     log_start_offset: i64,
     high_watermark: i64,
     config: LogConfig,
+    /// The ownership epoch it is open under: new segments carry it in their names.
+    epoch: u32,
 }
 
 impl<V: Volume> PartitionLog<V> {
     /// Opens the log in `dir`, creating it if absent, and recovers it: the active segment's torn
     /// tail is cut, every synced batch is kept, and the high watermark is the recovered end.
-    pub async fn open(volume: V, dir: &str, config: LogConfig) -> Result<Self, LogError> {
+    ///
+    /// `claimed` is the ownership epoch this broker opens it under. The segments read are the
+    /// chain of the epochs up to it: a segment of an older epoch than one before it is a late
+    /// file of a paused old owner, and is skipped. On a take-over from an owner that did not
+    /// release (it may still write), the old owner's last segment is sealed at its recovered end
+    /// and a new segment of this epoch starts there, so nothing that owner writes later is read.
+    pub async fn open(volume: V, dir: &str, config: LogConfig, claimed: Claimed) -> Result<Self, LogError> {
         volume.create_dir_all(dir).await?;
-        let mut bases: Vec<i64> = volume.list(dir).await?.iter().filter_map(|n| segment::parse_log_name(n)).collect();
-        bases.sort_unstable();
-        let persisted_start = read_state(&volume, dir).await?;
-        if bases.is_empty() {
-            bases.push(persisted_start.unwrap_or(0));
+        let names = volume.list(dir).await?;
+        let mut files: Vec<(i64, u32)> = names.iter().filter_map(|n| segment::parse_log_name(n)).collect();
+        if let Some(&(base, epoch)) = files.iter().find(|(_, e)| *e > claimed.epoch) {
+            return Err(LogError::Fenced(format!(
+                "{dir}: segment {base} of epoch {epoch} is newer than this owner's epoch {}",
+                claimed.epoch
+            )));
         }
-        let last = bases.len() - 1;
-        let mut segments = Vec::with_capacity(bases.len());
-        for (i, &base) in bases.iter().enumerate() {
-            let file = segment::open_file(&volume, dir, base).await?;
-            let mut seg = Segment::new_loaded(base, file);
-            let index = volume.read(&join(dir, &segment::index_name(base))).await?;
-            let trusted = i != last && index.is_some_and(|raw| seg.load_index(&raw));
-            if !trusted {
-                let scan = seg.scan(config.index_interval_bytes).await?;
-                if scan.valid_len < scan.file_len {
-                    if i != last {
-                        return Err(LogError::Corrupt(format!(
-                            "{dir}/{}: invalid batch at position {} of {} in a closed segment",
-                            segment::log_name(base),
-                            scan.valid_len,
-                            scan.file_len
-                        )));
+        files.sort_unstable();
+        let mut chain: Vec<(i64, u32)> = Vec::with_capacity(files.len());
+        let mut dropped = Vec::new();
+        for (base, epoch) in files {
+            let newest = chain.last().map_or(0, |&(_, e)| e);
+            if epoch < newest {
+                tracing::warn!(dir, base, epoch, newest, "skipping a late segment of an older owner");
+                dropped.push((base, epoch));
+                continue;
+            }
+            if chain.last().is_some_and(|&(b, _)| b == base) {
+                dropped.extend(chain.pop());
+            }
+            chain.push((base, epoch));
+        }
+        // Superseded and late files go: once retention removed the segments that outrank
+        // them, they would otherwise be read as the start of the log.
+        for (base, epoch) in dropped {
+            volume.remove_file(&join(dir, &segment::log_name(base, epoch))).await?;
+            volume.remove_file(&join(dir, &segment::index_name(base, epoch))).await?;
+        }
+        let seals: Vec<(i64, u32, u32)> = names
+            .iter()
+            .filter_map(|n| segment::parse_seal_name(n))
+            .filter(|&(_, _, by)| by <= claimed.epoch)
+            .collect();
+        let persisted_start = read_state(&volume, dir).await?;
+        if chain.is_empty() {
+            chain.push((persisted_start.unwrap_or(0), claimed.epoch));
+        }
+        let last = chain.len() - 1;
+        let mut segments = Vec::with_capacity(chain.len());
+        let mut last_sealed = false;
+        for (i, &(base, epoch)) in chain.iter().enumerate() {
+            let file = segment::open_file(&volume, dir, base, epoch).await?;
+            let mut seg = Segment::new_loaded(base, epoch, file);
+            let seal = seals.iter().filter(|&&(b, e, by)| b == base && e == epoch && by > epoch).map(|s| s.2).max();
+            if let Some(by) = seal {
+                let raw = volume.read(&join(dir, &segment::seal_name(base, epoch, by))).await?;
+                if !raw.is_some_and(|raw| seg.load_index(&raw, true)) {
+                    return Err(LogError::Corrupt(format!(
+                        "{dir}/{}: unreadable seal",
+                        segment::seal_name(base, epoch, by)
+                    )));
+                }
+                last_sealed = i == last;
+            } else {
+                let index = volume.read(&join(dir, &segment::index_name(base, epoch))).await?;
+                let trusted = i != last && index.is_some_and(|raw| seg.load_index(&raw, false));
+                if !trusted {
+                    let scan = seg.scan(config.index_interval_bytes).await?;
+                    if scan.valid_len < scan.file_len {
+                        if i != last {
+                            return Err(LogError::Corrupt(format!(
+                                "{dir}/{}: invalid batch at position {} of {} in a closed segment",
+                                segment::log_name(base, epoch),
+                                scan.valid_len,
+                                scan.file_len
+                            )));
+                        }
+                        tracing::warn!(dir, base, valid = scan.valid_len, len = scan.file_len, "cutting torn log tail");
+                        seg.file.truncate(scan.valid_len).await?;
                     }
-                    tracing::warn!(dir, base, valid = scan.valid_len, len = scan.file_len, "cutting torn log tail");
-                    seg.file.truncate(scan.valid_len).await?;
                 }
             }
             if let Some(prev) = segments.last() {
                 let prev: &Segment<V::File> = prev;
                 if prev.next_offset != base {
                     return Err(LogError::Corrupt(format!(
-                        "{dir}: segment {base} does not follow {}",
+                        "{dir}: segment {base} does not follow {} (files {names:?})",
                         prev.next_offset
                     )));
                 }
@@ -157,21 +215,62 @@ impl<V: Volume> PartitionLog<V> {
         }
         // What survived the crash is on disk; make it durable before anyone reads it.
         let active = segments.last_mut().expect("at least one segment");
-        active.file.sync().await?;
-        active.durable_len = active.size();
+        if !last_sealed {
+            active.file.sync().await?;
+            active.durable_len = active.size();
+        }
         let log_end_offset = active.next_offset;
         let first_base = segments[0].base_offset;
         let log_start_offset = persisted_start.unwrap_or(first_base).max(first_base).min(log_end_offset);
-        let log = PartitionLog {
+        let mut log = PartitionLog {
             volume,
             dir: dir.to_string(),
             segments,
             log_start_offset,
             high_watermark: if crate::mutant!(HwmNotRestored) { log_start_offset } else { log_end_offset },
             config,
+            epoch: claimed.epoch,
         };
+        let active = log.active();
+        tracing::debug!(dir, ?chain, ?seals, end = log.log_end_offset(), ?claimed, "opened log");
+        if active.epoch < claimed.epoch && (claimed.takeover || last_sealed) {
+            log.seal_and_roll(last_sealed).await?;
+        }
         log.check_invariants();
         Ok(log)
+    }
+
+    /// The take-over of a log whose owner did not release it: its last segment is sealed at the
+    /// recovered end (an index that bounds it), and a segment of this epoch starts there. An
+    /// empty last segment needs no seal: the new one, at the same base, supersedes it.
+    async fn seal_and_roll(&mut self, already_sealed: bool) -> Result<(), LogError> {
+        let active = self.active();
+        let (base, epoch) = (active.base_offset, active.epoch);
+        if active.size() > 0 && !already_sealed {
+            let seal = active.encode_index();
+            self.volume.write_atomic(&join(&self.dir, &segment::seal_name(base, epoch, self.epoch)), seal).await?;
+        }
+        let next = self.log_end_offset();
+        let file = segment::open_file(&self.volume, &self.dir, next, self.epoch).await?;
+        if next == base {
+            self.segments.pop();
+            self.volume.remove_file(&join(&self.dir, &segment::log_name(base, epoch))).await?;
+        }
+        let mut seg = Segment::new_empty(next, self.epoch, file);
+        seg.durable_len = 0;
+        self.segments.push(seg);
+        Ok(())
+    }
+
+    /// Where the log's records written under `epoch` end for sure: the base of the first segment
+    /// of a newer epoch. A snapshot of an older epoch past it is a zombie's.
+    pub fn epoch_end(&self, epoch: u32) -> i64 {
+        self.segments.iter().find(|s| s.epoch > epoch).map_or(i64::MAX, |s| s.base_offset)
+    }
+
+    /// The ownership epoch the log is open under.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
     }
 
     pub fn log_start_offset(&self) -> i64 {
@@ -219,11 +318,11 @@ impl<V: Volume> PartitionLog<V> {
         self.sync().await?;
         let active = self.active();
         let index = active.encode_index();
-        let index_path = join(&self.dir, &segment::index_name(active.base_offset));
+        let index_path = join(&self.dir, &segment::index_name(active.base_offset, active.epoch));
         self.volume.write_atomic(&index_path, index).await?;
         let base = self.log_end_offset();
-        let file = segment::open_file(&self.volume, &self.dir, base).await?;
-        self.segments.push(Segment::new_empty(base, file));
+        let file = segment::open_file(&self.volume, &self.dir, base, self.epoch).await?;
+        self.segments.push(Segment::new_empty(base, self.epoch, file));
         Ok(())
     }
 
@@ -255,7 +354,7 @@ impl<V: Volume> PartitionLog<V> {
     /// Where the durable part of the log ends: the active segment and its synced length.
     pub fn durable_end(&self) -> DurableEnd {
         let active = self.active();
-        DurableEnd { base_offset: active.base_offset, len: active.durable_len }
+        DurableEnd { base_offset: active.base_offset, epoch: active.epoch, len: active.durable_len }
     }
 
     /// Whole batches starting with the one containing `offset`, up to `max_bytes` (but always
@@ -378,8 +477,8 @@ impl<V: Volume> PartitionLog<V> {
     async fn remove_oldest_segment(&mut self) -> Result<(), LogError> {
         assert!(self.segments.len() > 1, "the active segment is never removed");
         let seg = self.segments.remove(0);
-        self.volume.remove_file(&join(&self.dir, &segment::log_name(seg.base_offset))).await?;
-        self.volume.remove_file(&join(&self.dir, &segment::index_name(seg.base_offset))).await?;
+        self.volume.remove_file(&join(&self.dir, &segment::log_name(seg.base_offset, seg.epoch))).await?;
+        self.volume.remove_file(&join(&self.dir, &segment::index_name(seg.base_offset, seg.epoch))).await?;
         Ok(())
     }
 
@@ -475,6 +574,8 @@ mod tests {
     use crate::env::{Rng, Volume};
     use crate::log::batch::{self, tests::make_batch};
 
+    const SOLO: Claimed = Claimed { epoch: 0, takeover: false };
+
     fn scratch() -> RealVolume {
         let dir = std::env::temp_dir().join(format!("kaas-log-test-{:x}", RealRng::default().next_u64()));
         RealVolume::new(dir)
@@ -493,7 +594,7 @@ mod tests {
     #[tokio::test]
     async fn appends_are_invisible_until_synced_and_survive_reopen() {
         let volume = scratch();
-        let mut log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", small(), SOLO).await.unwrap();
         for i in 0..20 {
             assert_eq!(append(&mut log, 3, 1000 + i).await, i * 3);
         }
@@ -506,7 +607,7 @@ mod tests {
         let segments = volume.list("t-0").await.unwrap().iter().filter(|n| n.ends_with(".log")).count();
         assert!(segments > 3, "small segments roll: {segments}");
         drop(log);
-        let log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
+        let log = PartitionLog::open(volume.clone(), "t-0", small(), SOLO).await.unwrap();
         assert_eq!(log.high_watermark(), 60);
         for offset in [0, 1, 29, 31, 59] {
             let read = log.read(offset, 1, None).await.unwrap();
@@ -521,7 +622,7 @@ mod tests {
     #[tokio::test]
     async fn a_torn_tail_is_cut_and_synced_batches_are_kept() {
         let volume = scratch();
-        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await.unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap();
         append(&mut log, 2, 1).await;
         append(&mut log, 2, 2).await;
         log.sync().await.unwrap();
@@ -530,7 +631,7 @@ mod tests {
         let file = volume.open("t-0/00000000000000000000.log").await.unwrap();
         let torn = make_batch(4, 5, 3);
         file.append(torn.slice(..torn.len() / 2)).await.unwrap();
-        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await.unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap();
         assert_eq!(log.high_watermark(), 4);
         assert_eq!(append(&mut log, 1, 4).await, 4);
         log.sync().await.unwrap();
@@ -540,7 +641,7 @@ mod tests {
     #[tokio::test]
     async fn delete_records_and_retention_move_the_log_start() {
         let volume = scratch();
-        let mut log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", small(), SOLO).await.unwrap();
         for i in 0..20 {
             append(&mut log, 3, 1000 + i).await;
         }
@@ -549,7 +650,7 @@ mod tests {
         assert!(matches!(log.read(30, 10, None).await, Err(LogError::OffsetOutOfRange)));
         assert!(matches!(log.delete_records(61).await, Err(LogError::OffsetOutOfRange)));
         drop(log);
-        let mut log = PartitionLog::open(volume.clone(), "t-0", small()).await.unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", small(), SOLO).await.unwrap();
         assert_eq!(log.log_start_offset(), 31);
         log.set_config(LogConfig { retention_ms: 100, ..small() });
         log.enforce_retention(1125, i64::MAX).await.unwrap();
@@ -565,13 +666,15 @@ mod corruption_tests {
     use crate::env::{Rng, Volume};
     use crate::log::batch::{self, tests::make_batch};
 
+    const SOLO: Claimed = Claimed { epoch: 0, takeover: false };
+
     fn scratch() -> RealVolume {
         RealVolume::new(std::env::temp_dir().join(format!("kaas-corrupt-{:x}", RealRng::default().next_u64())))
     }
 
     async fn filled(volume: &RealVolume) {
         let config = LogConfig { segment_bytes: 300, index_interval_bytes: 100, ..LogConfig::default() };
-        let mut log = PartitionLog::open(volume.clone(), "t-0", config).await.unwrap();
+        let mut log = PartitionLog::open(volume.clone(), "t-0", config, SOLO).await.unwrap();
         for i in 0..20 {
             let data = make_batch(0, 3, i);
             let header = batch::check(&data).unwrap();
@@ -586,7 +689,7 @@ mod corruption_tests {
         filled(&volume).await;
         let index = volume.list("t-0").await.unwrap().into_iter().find(|n| n.ends_with(".index")).unwrap();
         volume.write_atomic(&format!("t-0/{index}"), Bytes::from_static(b"garbage")).await.unwrap();
-        let log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await.unwrap();
+        let log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap();
         assert_eq!(log.high_watermark(), 60);
         for offset in [0, 2, 3, 59] {
             let read = log.read(offset, 1, None).await.unwrap();
@@ -604,7 +707,7 @@ mod corruption_tests {
         bytes[70] ^= 0xff; // inside the first batch's records: its CRC no longer matches
         volume.remove_file("t-0/00000000000000000000.index").await.unwrap();
         volume.write_atomic(first, Bytes::from(bytes.clone())).await.unwrap();
-        let opened = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await;
+        let opened = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await;
         assert!(matches!(opened, Err(LogError::Corrupt(_))), "a bad closed segment is an error");
         assert_eq!(volume.read(first).await.unwrap().unwrap().to_vec(), bytes, "nothing was cut from it");
     }
@@ -615,7 +718,7 @@ mod corruption_tests {
         filled(&volume).await;
         let state = br#"{"format_version": 99, "log_start_offset": 0}"#;
         volume.write_atomic("t-0/partition.json", Bytes::from_static(state)).await.unwrap();
-        let opened = PartitionLog::open(volume.clone(), "t-0", LogConfig::default()).await;
+        let opened = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await;
         assert!(matches!(opened, Err(LogError::Corrupt(_))));
     }
 }

@@ -25,25 +25,54 @@ const INDEX_FORMAT_VERSION: u16 = 1;
 /// Size of one scan read during recovery.
 const SCAN_CHUNK_BYTES: usize = 1 << 20;
 
-pub fn log_name(base_offset: i64) -> String {
-    format!("{base_offset:020}.log")
+/// Segment files carry the ownership epoch of the broker that created them in their names
+/// (none for epoch 0, a broker that never ran in a cluster): a paused old owner's late writes
+/// land in files of its own epoch, which the new owner sealed and never reads past.
+fn stem(base_offset: i64, epoch: u32) -> String {
+    if epoch == 0 { format!("{base_offset:020}") } else { format!("{base_offset:020}-{epoch}") }
 }
 
-pub fn index_name(base_offset: i64) -> String {
-    format!("{base_offset:020}.index")
+pub fn log_name(base_offset: i64, epoch: u32) -> String {
+    format!("{}.log", stem(base_offset, epoch))
 }
 
-/// Parses "00000000000000000042.log" into 42.
-pub fn parse_log_name(name: &str) -> Option<i64> {
-    let stem = name.strip_suffix(".log")?;
-    if stem.len() != 20 || !stem.bytes().all(|c| c.is_ascii_digit()) {
+pub fn index_name(base_offset: i64, epoch: u32) -> String {
+    format!("{}.index", stem(base_offset, epoch))
+}
+
+/// The index a new owner of epoch `by` wrote for the old owner's last segment at take-over: the
+/// segment ends where the seal says, whatever the file holds after.
+pub fn seal_name(base_offset: i64, epoch: u32, by: u32) -> String {
+    format!("{}.seal-{by}", stem(base_offset, epoch))
+}
+
+fn parse_stem(stem: &str) -> Option<(i64, u32)> {
+    let (digits, epoch) = match stem.split_once('-') {
+        Some((digits, epoch)) => (digits, epoch.parse::<u32>().ok().filter(|e| *e > 0 && !epoch.starts_with('0'))?),
+        None => (stem, 0),
+    };
+    if digits.len() != 20 || !digits.bytes().all(|c| c.is_ascii_digit()) {
         return None;
     }
-    stem.parse().ok()
+    Some((digits.parse().ok()?, epoch))
+}
+
+/// Parses "00000000000000000042.log" into (42, 0) and "00000000000000000042-3.log" into (42, 3).
+pub fn parse_log_name(name: &str) -> Option<(i64, u32)> {
+    parse_stem(name.strip_suffix(".log")?)
+}
+
+/// Parses a seal name into (base offset, segment epoch, sealing epoch).
+pub fn parse_seal_name(name: &str) -> Option<(i64, u32, u32)> {
+    let (stem, by) = name.rsplit_once(".seal-")?;
+    let (base, epoch) = parse_stem(stem)?;
+    Some((base, epoch, by.parse().ok()?))
 }
 
 pub struct Segment<F> {
     pub base_offset: i64,
+    /// The ownership epoch in the file's name.
+    pub epoch: u32,
     pub file: F,
     index: Vec<IndexEntry>,
     bytes_since_index_entry: u64,
@@ -64,15 +93,16 @@ pub struct ScanOutcome {
 
 impl<F: VolumeFile> Segment<F> {
     /// A segment created by a roll: its file is new and empty.
-    pub fn new_empty(base_offset: i64, file: F) -> Self {
+    pub fn new_empty(base_offset: i64, epoch: u32, file: F) -> Self {
         assert_eq!(file.len(), 0, "a new segment starts empty");
-        Segment::new_loaded(base_offset, file)
+        Segment::new_loaded(base_offset, epoch, file)
     }
 
     /// A segment found on the volume; `scan` or `load_index` fills in the rest.
-    pub fn new_loaded(base_offset: i64, file: F) -> Self {
+    pub fn new_loaded(base_offset: i64, epoch: u32, file: F) -> Self {
         Segment {
             base_offset,
+            epoch,
             file,
             index: Vec::new(),
             bytes_since_index_entry: 0,
@@ -206,12 +236,14 @@ impl<F: VolumeFile> Segment<F> {
         b.freeze()
     }
 
-    /// Loads a persisted index if it is intact and matches the log file; false otherwise.
-    pub fn load_index(&mut self, raw: &[u8]) -> bool {
+    /// Loads a persisted index if it is intact and matches the log file; false otherwise. A
+    /// seal may cover less than the file: what follows is a zombie's, and is never read.
+    pub fn load_index(&mut self, raw: &[u8], seal: bool) -> bool {
         let Some(decoded) = decode_index(raw) else {
             return false;
         };
-        if decoded.size != self.size() || decoded.entries.first().map(|e| e.offset) != Some(self.base_offset) {
+        let size_ok = if seal { decoded.size <= self.size() } else { decoded.size == self.size() };
+        if !size_ok || decoded.entries.first().map(|e| e.offset) != Some(self.base_offset) {
             return false;
         }
         self.index = decoded.entries;
@@ -261,6 +293,6 @@ fn corrupt(position: u64) -> io::Error {
 }
 
 /// Opens (creating if needed) the segment file `name` in `dir`.
-pub async fn open_file<V: Volume>(volume: &V, dir: &str, base_offset: i64) -> io::Result<V::File> {
-    volume.open(&crate::env::join(dir, &log_name(base_offset))).await
+pub async fn open_file<V: Volume>(volume: &V, dir: &str, base_offset: i64, epoch: u32) -> io::Result<V::File> {
+    volume.open(&crate::env::join(dir, &log_name(base_offset, epoch))).await
 }

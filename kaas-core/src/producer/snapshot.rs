@@ -18,16 +18,21 @@ const SUFFIX: &str = ".snapshot";
 /// Snapshots kept per partition; older ones are removed once a new one is durable.
 pub const KEPT: usize = 2;
 
-pub fn name(offset: i64) -> String {
-    format!("{offset:020}{SUFFIX}")
+/// `<offset>.snapshot`, or `<offset>-<epoch>.snapshot` when written under an ownership epoch.
+pub fn name(offset: i64, epoch: u32) -> String {
+    if epoch == 0 { format!("{offset:020}{SUFFIX}") } else { format!("{offset:020}-{epoch}{SUFFIX}") }
 }
 
-pub fn parse_name(name: &str) -> Option<i64> {
-    let digits = name.strip_suffix(SUFFIX)?;
+pub fn parse_name(name: &str) -> Option<(i64, u32)> {
+    let stem = name.strip_suffix(SUFFIX)?;
+    let (digits, epoch) = match stem.split_once('-') {
+        Some((digits, epoch)) => (digits, epoch.parse().ok().filter(|e: &u32| *e > 0)?),
+        None => (stem, 0),
+    };
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    Some((digits.parse().ok()?, epoch))
 }
 
 pub fn encode(states: &ProducerStates) -> Bytes {
@@ -58,11 +63,17 @@ pub fn decode(raw: &[u8]) -> Result<ProducerStates, String> {
 /// every batch after it (all of them if there is no snapshot).
 pub async fn restore<V: Volume>(volume: &V, log: &PartitionLog<V>) -> Result<ProducerStates, LogError> {
     let dir = log.dir();
-    let mut offsets: Vec<i64> = volume.list(dir).await?.iter().filter_map(|n| parse_name(n)).collect();
+    let mut offsets: Vec<(i64, u32)> = volume.list(dir).await?.iter().filter_map(|n| parse_name(n)).collect();
     offsets.sort_unstable_by(|a, b| b.cmp(a));
     let mut restored = None;
-    for offset in offsets {
-        let path = join(dir, &name(offset));
+    for (offset, epoch) in offsets {
+        let path = join(dir, &name(offset, epoch));
+        if epoch > log.epoch() || offset > log.epoch_end(epoch) {
+            // A paused old owner's, written after the take-over sealed its log (or a newer
+            // owner's, which the log's open would have refused): never read.
+            tracing::warn!(path, "skipping a snapshot of another owner's epoch");
+            continue;
+        }
         if offset > log.log_end_offset() {
             // It describes batches a crash took back: it must never be read again.
             tracing::warn!(path, log_end_offset = log.log_end_offset(), "removing a snapshot past the log end");
@@ -99,12 +110,18 @@ pub async fn restore<V: Volume>(volume: &V, log: &PartitionLog<V>) -> Result<Pro
 
 /// Writes the state as of the log end offset `offset` (atomic replace) and removes snapshots
 /// older than the last `KEPT`.
-pub async fn write<V: Volume>(volume: &V, dir: &str, offset: i64, states: &ProducerStates) -> std::io::Result<()> {
-    volume.write_atomic(&join(dir, &name(offset)), encode(states)).await?;
-    let mut offsets: Vec<i64> = volume.list(dir).await?.iter().filter_map(|n| parse_name(n)).collect();
+pub async fn write<V: Volume>(
+    volume: &V,
+    dir: &str,
+    offset: i64,
+    epoch: u32,
+    states: &ProducerStates,
+) -> std::io::Result<()> {
+    volume.write_atomic(&join(dir, &name(offset, epoch)), encode(states)).await?;
+    let mut offsets: Vec<(i64, u32)> = volume.list(dir).await?.iter().filter_map(|n| parse_name(n)).collect();
     offsets.sort_unstable();
-    for old in offsets.iter().rev().skip(KEPT) {
-        volume.remove_file(&join(dir, &name(*old))).await?;
+    for &(old, old_epoch) in offsets.iter().rev().skip(KEPT) {
+        volume.remove_file(&join(dir, &name(old, old_epoch))).await?;
     }
     Ok(())
 }
@@ -128,7 +145,9 @@ mod tests {
         future[3] = 9;
         assert!(decode(&future).unwrap_err().contains("format version"));
         assert!(decode(&raw[..5]).is_err());
-        assert_eq!(parse_name(&name(42)), Some(42));
+        assert_eq!(parse_name(&name(42, 0)), Some((42, 0)));
+        assert_eq!(parse_name(&name(42, 3)), Some((42, 3)));
+        assert_eq!(parse_name("00000000000000000042-0.snapshot"), None);
         assert_eq!(parse_name("00000000000000000042.log"), None);
     }
 }

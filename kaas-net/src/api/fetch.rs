@@ -86,7 +86,9 @@ async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, ver
             // watermarks and no records; otherwise from a read, with the watermarks it saw.
             let answer = if remaining == 0 {
                 let marks = partition.watermarks();
-                if marks.online {
+                if !marks.owned {
+                    Err(ResponseError::NotLeaderOrFollower.code())
+                } else if marks.online {
                     Ok((Bytes::new(), marks, Vec::new()))
                 } else {
                     Err(ResponseError::KafkaStorageError.code())

@@ -1,6 +1,8 @@
-//! FindCoordinator (v0-v6, with the batched v4+ form): this broker coordinates every group
-//! (key type 0) and every transactional id (key type 1).
+//! FindCoordinator (v0-v6, with the batched v4+ form): the coordinator of a group (key type 0)
+//! or a transactional id (key type 1) is the owner of its group or transaction slot by the
+//! membership's view; COORDINATOR_NOT_AVAILABLE while no broker may own it.
 
+use kaas_core::cluster::{ClusterView, group_key, txn_key};
 use kaas_core::env::Env;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -12,32 +14,45 @@ use crate::connection::Context;
 const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
+/// The coordinator of `key` of `key_type`: (error code, node id, host, port).
+fn coordinator_of(view: &ClusterView, key_type: i8, key: &str) -> (i16, i32, String, i32) {
+    let owner_key = match key_type {
+        GROUP => group_key(key),
+        TRANSACTION => txn_key(key),
+        _ => return (ResponseError::InvalidRequest.code(), -1, String::new(), -1),
+    };
+    match view.owner_of(&owner_key).and_then(|id| view.live.get(&id)) {
+        Some(peer) => (0, peer.broker_id, peer.host.clone(), peer.port),
+        None => (ResponseError::CoordinatorNotAvailable.code(), -1, String::new(), -1),
+    }
+}
+
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
     request: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
-    let config = &ctx.broker.config;
-    let valid_type = request.key_type == GROUP || request.key_type == TRANSACTION;
-    let error_code = if valid_type { 0 } else { ResponseError::InvalidRequest.code() };
+    let view = ctx.broker.membership.view();
     if header.request_api_version >= 4 {
         let coordinators = request
             .coordinator_keys
             .into_iter()
             .map(|key| {
+                let (error_code, node_id, host, port) = coordinator_of(&view, request.key_type, &key);
                 Coordinator::default()
                     .with_key(key)
-                    .with_node_id(BrokerId(config.broker_id))
-                    .with_host(text(&config.advertised_host))
-                    .with_port(config.advertised_port)
+                    .with_node_id(BrokerId(node_id))
+                    .with_host(text(&host))
+                    .with_port(port)
                     .with_error_code(error_code)
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
+    let (error_code, node_id, host, port) = coordinator_of(&view, request.key_type, &request.key);
     FindCoordinatorResponse::default()
         .with_error_code(error_code)
-        .with_node_id(BrokerId(config.broker_id))
-        .with_host(text(&config.advertised_host))
-        .with_port(config.advertised_port)
+        .with_node_id(BrokerId(node_id))
+        .with_host(text(&host))
+        .with_port(port)
 }

@@ -55,6 +55,10 @@ async fn lookup(
     base: ListOffsetsPartitionResponse,
 ) -> ListOffsetsPartitionResponse {
     let marks = partition.watermarks();
+    if !marks.owned {
+        return base.with_error_code(ResponseError::NotLeaderOrFollower.code()).with_offset(-1).with_timestamp(-1);
+    }
+    let base = if base.leader_epoch >= 0 { base.with_leader_epoch(marks.leader_epoch) } else { base };
     if !marks.online {
         // Stale offsets would be a wrong answer; the client retries.
         return base.with_error_code(ResponseError::KafkaStorageError.code()).with_offset(-1).with_timestamp(-1);

@@ -1,7 +1,10 @@
-//! Metadata (v0-v12). kaas is one broker over one volume: it leads every partition, and the
-//! replica and ISR lists name it alone whatever replication factor was asked for, since the
-//! shared volume is the replica.
+//! Metadata (v0-v12). Every live broker is listed; each partition's leader is its owner by the
+//! membership's view (rendezvous hash over the live brokers), and its leader epoch the ownership
+//! epoch where this broker knows it (the partitions it owns), -1 elsewhere. The replica and ISR
+//! lists name the owner alone whatever replication factor was asked for: the shared volume is
+//! the replica.
 
+use kaas_core::cluster::{ClusterView, partition_key};
 use kaas_core::env::Env;
 use kaas_core::topics::{MetadataSnapshot, TopicState};
 use kafka_protocol::ResponseError;
@@ -29,11 +32,12 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
     // Auto-creation: v4+ says per request; older versions always allow it.
     let allow_create = config.auto_create_topics_enable && (version < 4 || request.allow_auto_topic_creation);
     let mut topics = Vec::new();
+    let view = broker.membership.view();
     match requested {
         None => {
             let snapshot = broker.topics.snapshot();
             for state in snapshot.topics.values() {
-                topics.push(describe_topic(state, config.broker_id));
+                topics.push(describe_topic(state, &view));
             }
         }
         Some(list) => {
@@ -54,20 +58,26 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
                 }
                 let snapshot: std::sync::Arc<MetadataSnapshot> = broker.topics.snapshot();
                 match snapshot.topics.get(&name) {
-                    Some(state) => topics.push(describe_topic(state, config.broker_id)),
+                    Some(state) => topics.push(describe_topic(state, &view)),
                     None => topics.push(missing(Some(&name), [0; 16], ResponseError::UnknownTopicOrPartition.code())),
                 }
             }
         }
     }
-    let me = MetadataResponseBroker::default()
-        .with_node_id(BrokerId(config.broker_id))
-        .with_host(text(&config.advertised_host))
-        .with_port(config.advertised_port);
+    let brokers = view
+        .live
+        .values()
+        .map(|p| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(p.broker_id))
+                .with_host(text(&p.host))
+                .with_port(p.port)
+        })
+        .collect();
     MetadataResponse::default()
-        .with_brokers(vec![me])
+        .with_brokers(brokers)
         .with_cluster_id(Some(text(&config.cluster_id)))
-        .with_controller_id(BrokerId(config.broker_id))
+        .with_controller_id(BrokerId(super::controller_id(&view)))
         .with_topics(topics)
 }
 
@@ -75,14 +85,22 @@ fn missing(name: Option<&str>, id: [u8; 16], code: i16) -> MetadataResponseTopic
     MetadataResponseTopic::default().with_name(name.map(topic)).with_topic_id(uuid(id)).with_error_code(code)
 }
 
-fn describe_topic(state: &TopicState, broker_id: i32) -> MetadataResponseTopic {
-    let leader = BrokerId(broker_id);
+fn describe_topic(state: &TopicState, view: &ClusterView) -> MetadataResponseTopic {
     let partitions = (0..state.meta.partitions)
         .map(|p| {
-            MetadataResponsePartition::default()
-                .with_partition_index(p)
+            let response = MetadataResponsePartition::default().with_partition_index(p);
+            let Some(owner) = view.owner_of(&partition_key(&state.meta.name, p)) else {
+                return response
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1))
+                    .with_leader_epoch(-1);
+            };
+            let watermarks = state.partitions.get(p as usize).map(|h| h.watermarks()).unwrap_or_default();
+            let epoch = if owner == view.me && watermarks.online { watermarks.leader_epoch } else { -1 };
+            let leader = BrokerId(owner);
+            response
                 .with_leader_id(leader)
-                .with_leader_epoch(0)
+                .with_leader_epoch(epoch)
                 .with_replica_nodes(vec![leader])
                 .with_isr_nodes(vec![leader])
         })

@@ -179,3 +179,9 @@ pub fn topic(s: &str) -> TopicName {
 pub fn uuid(id: [u8; 16]) -> uuid::Uuid {
     uuid::Uuid::from_bytes(id)
 }
+
+/// The broker named as controller: the lowest live broker id, the same from every broker. kaas
+/// has no controller; any broker serves admin requests.
+pub fn controller_id(view: &kaas_core::cluster::ClusterView) -> i32 {
+    view.live.keys().next().copied().unwrap_or(view.me)
+}

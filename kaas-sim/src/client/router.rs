@@ -82,7 +82,14 @@ pub struct Client {
     coordinators: BTreeMap<(i8, String), String>,
     /// The broker whose connection carries the pipelined produce requests in flight.
     pipeline: Option<String>,
+    /// Brokers a connection attempt failed to, with when to try again and the backoff after
+    /// that (`reconnect.backoff.ms`, doubled up to `reconnect.backoff.max.ms`, as Kafka
+    /// clients do): a broker still starting is not hammered, nor the client host's ports used up.
+    reconnect: BTreeMap<String, (tokio::time::Instant, Duration)>,
 }
+
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(50);
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_millis(1000);
 
 impl Client {
     /// A client named `name` (its name in the history) with `bootstrap` broker hosts.
@@ -96,6 +103,7 @@ impl Client {
             leaders: BTreeMap::new(),
             coordinators: BTreeMap::new(),
             pipeline: None,
+            reconnect: BTreeMap::new(),
         }
     }
 
@@ -113,9 +121,23 @@ impl Client {
             self.connections.remove(host);
         }
         if !self.connections.contains_key(host) {
+            let now = tokio::time::Instant::now();
+            if self.reconnect.get(host).is_some_and(|(at, _)| now < *at) {
+                return None;
+            }
             let connecting = WireClient::connect(host, BROKER_PORT);
-            let connected = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await.ok()?.ok()?;
-            self.connections.insert(host.to_string(), connected);
+            match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+                Ok(Ok(connected)) => {
+                    self.reconnect.remove(host);
+                    self.connections.insert(host.to_string(), connected);
+                }
+                _ => {
+                    let backoff = self.reconnect.get(host).map_or(RECONNECT_BACKOFF, |(_, b)| *b);
+                    let now = tokio::time::Instant::now();
+                    self.reconnect.insert(host.to_string(), (now + backoff, (backoff * 2).min(RECONNECT_BACKOFF_MAX)));
+                    return None;
+                }
+            }
         }
         self.connections.get_mut(host)
     }

@@ -26,6 +26,13 @@ const LIVENESS_MS: u64 = 60_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Idempotence {
     pub common: Common,
+    #[serde(flatten)]
+    pub load: Load,
+}
+
+/// The idempotent producers' work, also run over a cluster (`cluster`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Load {
     pub partitions: i32,
     pub producers: usize,
     pub batches_per_producer: usize,
@@ -39,35 +46,34 @@ fn value(producer: usize, batch: usize, record: usize) -> Bytes {
     Bytes::from(format!("p{producer}-b{batch:04}-r{record}"))
 }
 
-impl World for Idempotence {
-    fn draw(seed: u64) -> Idempotence {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let producers = rng.random_range(1..=3);
-        let batches_per_producer = rng.random_range(20..80);
-        let mix = FaultMix { progress_max: producers * batches_per_producer, clock_steps: true, drift_ppm_max: 2000 };
-        Idempotence {
-            partitions: rng.random_range(1..=3),
+impl Load {
+    /// `producers` and `partitions` as drawn by the caller, the rest from `rng`.
+    pub fn draw(rng: &mut ChaCha8Rng, producers: usize, partitions: i32) -> Load {
+        Load {
+            partitions,
             producers,
-            batches_per_producer,
+            batches_per_producer: rng.random_range(20..80),
             records_per_batch: rng.random_range(1..6),
             instances: rng.random_range(1..=3),
             segment_bytes: rng.random_range(1024..16_384),
-            common: Common::draw(&mut rng, mix),
         }
     }
 
-    fn common(&self) -> &Common {
-        &self.common
+    /// Workload steps, for progress-triggered faults.
+    pub fn steps(&self) -> usize {
+        self.producers * self.batches_per_producer
     }
 
-    fn run(&self, seed: u64) -> RunResult {
-        let config = BrokerConfig { log_segment_bytes: self.segment_bytes, ..BrokerConfig::default() };
-        let mut run = common::start(seed, &self.common, SIM_SECONDS_MAX, &config);
-        let world = workloads::shared(self.common.hosts(), &run.history);
+    /// Runs the load on the clients host and checks it: every broker setting but the segment
+    /// size comes from `config`.
+    pub fn run(&self, seed: u64, common: &Common, config: BrokerConfig, scenario: &str) -> RunResult {
+        let config = BrokerConfig { log_segment_bytes: self.segment_bytes, ..config };
+        let mut run = common::start(seed, common, SIM_SECONDS_MAX, &config);
+        let world = workloads::shared(common.hosts(), &run.history);
         let producers = SharedProducers::default();
         run.sim.client("clients", workload(self.clone(), world.clone(), producers.clone()));
         let progress = || world.lock().unwrap().partitions.values().map(|p| p.produced.acked.len()).sum();
-        let mut violations = run.drive(&self.common, progress, LIVENESS_MS);
+        let mut violations = run.drive(common, progress, LIVENESS_MS);
         let w = world.lock().unwrap();
         let p = producers.lock().unwrap();
         violations.extend(w.violations.iter().cloned());
@@ -80,11 +86,37 @@ impl World for Idempotence {
             }
         }
         drop((w, p));
-        run.finish("idempotence", seed, violations)
+        run.finish(scenario, seed, violations)
     }
 }
 
-async fn workload(world_: Idempotence, world: Shared, producers: SharedProducers) -> turmoil::Result {
+impl World for Idempotence {
+    fn draw(seed: u64) -> Idempotence {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let producers = rng.random_range(1..=3);
+        let batches_per_producer = rng.random_range(20..80);
+        let mix = FaultMix { progress_max: producers * batches_per_producer, clock_steps: true, drift_ppm_max: 2000 };
+        let load = Load {
+            partitions: rng.random_range(1..=3),
+            producers,
+            batches_per_producer,
+            records_per_batch: rng.random_range(1..6),
+            instances: rng.random_range(1..=3),
+            segment_bytes: rng.random_range(1024..16_384),
+        };
+        Idempotence { load, common: Common::draw(&mut rng, mix) }
+    }
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn run(&self, seed: u64) -> RunResult {
+        self.load.run(seed, &self.common, BrokerConfig::default(), "idempotence")
+    }
+}
+
+async fn workload(world_: Load, world: Shared, producers: SharedProducers) -> turmoil::Result {
     workloads::create_topic(&world, TOPIC, world_.partitions).await;
     let tasks: Vec<_> = (0..world_.producers)
         .map(|id| {

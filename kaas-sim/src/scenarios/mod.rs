@@ -3,6 +3,7 @@
 //! file keeps the world whole, so a replay runs the same world whatever the drawing code has
 //! become since.
 
+pub mod cluster;
 pub mod common;
 pub mod copier;
 pub mod groups;
@@ -82,6 +83,14 @@ pub const ALL: &[Scenario] = &[
     scenario::<smoke::ClusterSmoke>(
         "cluster-smoke",
         "two broker hosts on one volume, each serving its own topic; clients route by Metadata and FindCoordinator",
+    ),
+    scenario::<cluster::ClusterFailover>(
+        "cluster-failover",
+        "3-5 brokers on one data directory; idempotent producers while owners crash, restart and hand over",
+    ),
+    scenario::<cluster::ClusterZombie>(
+        "cluster-zombie",
+        "3-5 brokers on one data directory; owners paused past their lease, cut off from the volume, clocks drifting",
     ),
     scenario::<groups::Groups>(
         "groups",

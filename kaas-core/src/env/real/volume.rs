@@ -145,6 +145,29 @@ impl Volume for RealVolume {
         .await
     }
 
+    async fn create_exclusive(&self, path: &str, data: Bytes) -> io::Result<()> {
+        let full = self.path(path);
+        // A name of this process's own: two brokers racing for one path never share a tmp file.
+        let tmp = self.path(&format!("{path}.{}.excl", std::process::id()));
+        let dir = self.path(parent(path));
+        blocking(move || {
+            let mut file = File::create(&tmp)?;
+            file.write_all(&data)?;
+            file.sync_all()?;
+            let linked = fs::hard_link(&tmp, &full);
+            let _ = fs::remove_file(&tmp);
+            linked?;
+            if let Err(e) = sync_dir(&dir) {
+                // The new entry may not be durable: it goes again, so that a retry makes it anew
+                // rather than find it and trust it.
+                let _ = fs::remove_file(&full);
+                return Err(e);
+            }
+            Ok(())
+        })
+        .await
+    }
+
     async fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
         let full = self.path(path);
         blocking(move || match fs::read(full) {

@@ -1,0 +1,187 @@
+//! Ownership epochs. Every owned thing (a partition, a transaction slot, a group) has a claim
+//! directory, `__cluster/owners/<kind>/<key>/`, holding one file per epoch,
+//! `<epoch:010>.json`, made by exclusive create: of two brokers claiming epoch e+1 one wins.
+//! A claim may be made only when the holder of epoch e released it (`<epoch>.released`, written
+//! after its last write) or is gone for sure (`ClusterView::holder_gone`), so epochs strictly
+//! increase on every change of owner, A to B to A included.
+//!
+//! Files are opened by known name, never found by listing (NFS listings may be stale): the
+//! current epoch is the last of 1, 2, ... that exists, probed from the last one known.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::membership::ClusterView;
+use crate::env::{Volume, join};
+
+pub const OWNERS_DIR: &str = "__cluster/owners";
+const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimFile {
+    pub format_version: u32,
+    pub epoch: u32,
+    pub broker_id: i32,
+    pub incarnation: u64,
+    pub session: u64,
+}
+
+/// What a successful claim gives its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claimed {
+    pub epoch: u32,
+    /// The previous holder did not release: it may still have a write in flight, so the new
+    /// owner writes nothing into files of an older epoch (a partition log rolls).
+    pub takeover: bool,
+}
+
+/// The kinds of owned things, each with its own claim directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Partition,
+    TxnSlot,
+    Group,
+}
+
+impl Kind {
+    fn dir(self) -> &'static str {
+        match self {
+            Kind::Partition => "partitions",
+            Kind::TxnSlot => "txn",
+            Kind::Group => "groups",
+        }
+    }
+}
+
+fn claim_name(epoch: u32) -> String {
+    format!("{epoch:010}.json")
+}
+
+fn released_name(epoch: u32) -> String {
+    format!("{epoch:010}.released")
+}
+
+/// Claims and releases epochs for one broker process; remembers the last epoch seen per key
+/// so that probing starts there.
+pub struct Claims<V: Volume> {
+    volume: V,
+    known: BTreeMap<(u8, String), u32>,
+}
+
+fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {why}"))
+}
+
+impl<V: Volume> Claims<V> {
+    pub fn new(volume: V) -> Self {
+        Claims { volume, known: BTreeMap::new() }
+    }
+
+    fn key_dir(kind: Kind, key: &str) -> String {
+        join(&join(OWNERS_DIR, kind.dir()), key)
+    }
+
+    async fn read_claim(&self, path: &str) -> io::Result<Option<ClaimFile>> {
+        let Some(raw) = self.volume.read(path).await? else { return Ok(None) };
+        let claim: ClaimFile = serde_json::from_slice(&raw).map_err(|e| corrupt(path, e))?;
+        if claim.format_version != FORMAT_VERSION {
+            return Err(corrupt(path, format!("unknown claim format version {}", claim.format_version)));
+        }
+        Ok(Some(claim))
+    }
+
+    /// The current epoch's claim, if any epoch was ever claimed.
+    pub async fn current(&mut self, kind: Kind, key: &str) -> io::Result<Option<ClaimFile>> {
+        let dir = Self::key_dir(kind, key);
+        let slot = (kind as u8, key.to_string());
+        let mut epoch = self.known.get(&slot).copied().unwrap_or(0);
+        let mut current = None;
+        if epoch > 0 {
+            current = self.read_claim(&join(&dir, &claim_name(epoch))).await?;
+            if current.is_none() {
+                // The directory was removed (a topic deleted): start over.
+                epoch = 0;
+            }
+        }
+        while let Some(claim) = self.read_claim(&join(&dir, &claim_name(epoch + 1))).await? {
+            if claim.epoch != epoch + 1 {
+                return Err(corrupt(&dir, format!("epoch {} in the file of epoch {}", claim.epoch, epoch + 1)));
+            }
+            epoch += 1;
+            current = Some(claim);
+        }
+        self.known.insert(slot, epoch);
+        Ok(current)
+    }
+
+    /// Claims the next epoch of `key` for this broker if its holder released it or is gone.
+    /// `Ok(None)`: someone else holds it, or won the race.
+    pub async fn try_claim(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        view: &ClusterView,
+        now: Instant,
+    ) -> io::Result<Option<Claimed>> {
+        let dir = Self::key_dir(kind, key);
+        let current = self.current(kind, key).await?;
+        let (epoch, takeover) = match &current {
+            None => (1, false),
+            Some(c) => {
+                let released = self.volume.read(&join(&dir, &released_name(c.epoch))).await?.is_some();
+                let own_earlier_session =
+                    c.broker_id == view.me && c.incarnation == view.incarnation && c.session < view.session;
+                if !released && !own_earlier_session && !view.holder_gone(c.broker_id, c.incarnation, now) {
+                    return Ok(None);
+                }
+                if c.broker_id == view.me && c.incarnation == view.incarnation && c.session == view.session && !released
+                {
+                    // Ours in this very session and never given up: still ours.
+                    return Ok(Some(Claimed { epoch: c.epoch, takeover: false }));
+                }
+                (c.epoch + 1, !released)
+            }
+        };
+        self.volume.create_dir_all(&dir).await?;
+        let claim = ClaimFile {
+            format_version: FORMAT_VERSION,
+            epoch,
+            broker_id: view.me,
+            incarnation: view.incarnation,
+            session: view.session,
+        };
+        let path = join(&dir, &claim_name(epoch));
+        match self.volume.create_exclusive(&path, Bytes::from(serde_json::to_vec(&claim).expect("json"))).await {
+            Ok(()) => {}
+            // A lost reply to our own create looks like this too: read it to tell.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if self.read_claim(&path).await? != Some(claim) {
+                    self.known.insert((kind as u8, key.to_string()), epoch);
+                    return Ok(None);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        self.known.insert((kind as u8, key.to_string()), epoch);
+        Ok(Some(Claimed { epoch, takeover }))
+    }
+
+    /// Gives `epoch` of `key` up, after the last write under it: the next owner need not wait
+    /// for this broker's lease to run out.
+    pub async fn release(&mut self, kind: Kind, key: &str, epoch: u32) -> io::Result<()> {
+        let path = join(&Self::key_dir(kind, key), &released_name(epoch));
+        match self.volume.create_exclusive(&path, Bytes::new()).await {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The claimed epoch of `key` last seen by this broker, if any.
+    pub fn known_epoch(&self, kind: Kind, key: &str) -> Option<u32> {
+        self.known.get(&(kind as u8, key.to_string())).copied()
+    }
+}

@@ -1,0 +1,479 @@
+//! The membership actor: renews this broker's lease every `broker.heartbeat.interval.ms`, reads
+//! the peers' leases and publishes the `ClusterView` that every owner of things (partitions,
+//! transaction slots, groups) reconciles against.
+//!
+//! The rules (DESIGN.md, "Cluster mode"):
+//! - A peer is live while this broker saw its lease change within `broker.session.timeout.ms`,
+//!   timed on this broker's monotonic clock from the moment it saw the change. A lease seen once
+//!   and never changing is not live: its process may be long dead.
+//! - A peer's process is gone for sure (its things may be taken over) once its lease has not
+//!   changed for the session timeout plus the drift margin, or it said it is leaving, or a newer
+//!   incarnation holds its broker id.
+//! - This broker's own lease is valid until the start of its last renewal plus the session
+//!   timeout minus the drift margin, and only if that renewal began while the previous one was
+//!   still valid: a lapse starts a new session, and nothing owned in the old one survives it.
+//! - A process starting with a broker id whose lease another incarnation holds waits until that
+//!   lease is gone, so two processes with one broker id never both serve.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use super::lease::{self, BROKERS_DIR, LeaseFile};
+use crate::config::BrokerConfig;
+use crate::env::{Clock, Env, Rng, Spawner, Volume};
+use crate::error::{CoreError, CoreResult};
+
+/// A live broker, as clients are told of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub broker_id: i32,
+    pub host: String,
+    pub port: i32,
+    /// Held its lease for the settle period: may own things.
+    pub settled: bool,
+}
+
+/// What this broker last observed of one broker id's lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Observation {
+    lease: Option<LeaseFile>,
+    /// When this broker saw the lease change last (or first saw it).
+    changed_at: Instant,
+    /// Whether it has seen it change at all.
+    seen_change: bool,
+}
+
+/// The cluster as this broker sees it, replaced whole on every change.
+#[derive(Debug, Clone)]
+pub struct ClusterView {
+    pub me: i32,
+    pub incarnation: u64,
+    /// The lease session this broker is in, and until when (monotonic) it may ack in it;
+    /// `None` while it holds no valid lease.
+    pub session: u64,
+    pub lease_valid_until: Option<Instant>,
+    /// Live brokers by id, this one included while its lease is valid.
+    pub live: BTreeMap<i32, Peer>,
+    observed: Arc<BTreeMap<i32, Observation>>,
+    started_at: Instant,
+    session_timeout: Duration,
+    drift_margin: Duration,
+}
+
+impl ClusterView {
+    /// The view of a broker that holds no lease yet.
+    fn new(config: &BrokerConfig, incarnation: u64, now: Instant) -> Self {
+        ClusterView {
+            me: config.broker_id,
+            incarnation,
+            session: 0,
+            lease_valid_until: None,
+            live: BTreeMap::new(),
+            observed: Arc::new(BTreeMap::new()),
+            started_at: now,
+            session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
+            drift_margin: Duration::from_millis(config.broker_lease_drift_margin_ms),
+        }
+    }
+
+    /// The view of a broker alone whose lease never runs out, from `now`: for tests of one
+    /// actor without a membership.
+    pub fn standalone(me: i32, now: Instant) -> Self {
+        let mut config = BrokerConfig { broker_id: me, ..BrokerConfig::default() };
+        config.broker_id = me;
+        let mut view = ClusterView::new(&config, 0, now);
+        view.lease_valid_until = Some(now + Duration::from_secs(100 * 365 * 24 * 3600));
+        let peer =
+            Peer { broker_id: me, host: config.advertised_host.clone(), port: config.advertised_port, settled: true };
+        view.live.insert(me, peer);
+        view
+    }
+
+    pub fn lease_valid(&self, now: Instant) -> bool {
+        self.lease_valid_until.is_some_and(|until| now < until)
+    }
+
+    /// The brokers that may own things: the settled live ones, or every live one if none is
+    /// settled (a cluster starting, or a broker alone).
+    pub fn owners(&self) -> Vec<i32> {
+        let settled: Vec<i32> = self.live.values().filter(|p| p.settled).map(|p| p.broker_id).collect();
+        if settled.is_empty() { self.live.keys().copied().collect() } else { settled }
+    }
+
+    /// The broker that should own `key` (a partition, slot or group name) by rendezvous hash
+    /// over `owners()`: every broker computes the same answer from the same leases, and a
+    /// broker leaving or joining moves only the keys it wins or held.
+    pub fn owner_of(&self, key: &str) -> Option<i32> {
+        owner_among(&self.owners(), key)
+    }
+
+    /// Whether this broker should own `key` now, and may: its lease is valid.
+    pub fn should_own(&self, key: &str, now: Instant) -> bool {
+        self.lease_valid(now) && self.owner_of(key) == Some(self.me)
+    }
+
+    /// Whether the process `incarnation` of broker `broker_id` has stopped for sure, so that
+    /// what it owned may be taken over: it said it left, or a newer process holds its id, or
+    /// its lease stood still for the session timeout plus the drift margin on this broker's
+    /// clock. This broker's own earlier sessions are gone once it has given up what they owned,
+    /// which the caller knows.
+    pub fn holder_gone(&self, broker_id: i32, incarnation: u64, now: Instant) -> bool {
+        if broker_id == self.me && incarnation == self.incarnation {
+            return true;
+        }
+        if broker_id == self.me {
+            // This process waited for the older one's lease to run out before it started.
+            return true;
+        }
+        let expiry = self.session_timeout + self.drift_margin;
+        match self.observed.get(&broker_id) {
+            None => now >= self.started_at + expiry,
+            Some(o) => match &o.lease {
+                Some(l) if l.incarnation != incarnation => true,
+                Some(l) if l.leaving => true,
+                _ => now >= o.changed_at + expiry,
+            },
+        }
+    }
+}
+
+/// Rendezvous (highest random weight) hashing: the owner of `key` among `brokers`.
+pub fn owner_among(brokers: &[i32], key: &str) -> Option<i32> {
+    let h = fnv1a64(key.as_bytes());
+    brokers.iter().copied().max_by_key(|&id| (mix(h ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)), id))
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// splitmix64's finaliser: spreads the bits of a hash.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// How the rest of the broker reaches the membership actor.
+#[derive(Clone)]
+pub struct MembershipHandle {
+    view: watch::Receiver<Arc<ClusterView>>,
+    leave: tokio::sync::mpsc::Sender<oneshot::Sender<()>>,
+}
+
+impl MembershipHandle {
+    pub fn view(&self) -> Arc<ClusterView> {
+        self.view.borrow().clone()
+    }
+
+    /// A receiver of every new view.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<ClusterView>> {
+        self.view.clone()
+    }
+
+    /// Graceful shutdown, once everything owned was handed over: the lease says `leaving`, so
+    /// peers take over at once, and renewals stop.
+    pub async fn leave(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self.leave.send(reply).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+struct Membership<E: Env> {
+    env: E,
+    config: Arc<BrokerConfig>,
+    incarnation: u64,
+    session: u64,
+    renewal: u64,
+    valid_until: Option<Instant>,
+    observed: BTreeMap<i32, Observation>,
+    view: watch::Sender<Arc<ClusterView>>,
+    started_at: Instant,
+}
+
+fn storage(e: std::io::Error) -> CoreError {
+    CoreError::Storage(e.to_string())
+}
+
+/// Waits until no other process holds this broker id's lease, takes the lease, and starts the
+/// actor. Returns once the lease is held: the broker owns nothing before.
+pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<MembershipHandle> {
+    let volume = env.volume().clone();
+    volume.create_dir_all(BROKERS_DIR).await.map_err(storage)?;
+    let incarnation = env.rng().next_u64();
+    wait_for_older_process(env, &config).await?;
+    let now = env.clock().monotonic();
+    let (view, view_rx) = watch::channel(Arc::new(ClusterView::new(&config, incarnation, now)));
+    let mut actor = Membership {
+        env: env.clone(),
+        config,
+        incarnation,
+        session: 0,
+        renewal: 0,
+        valid_until: None,
+        observed: BTreeMap::new(),
+        view,
+        started_at: now,
+    };
+    while !actor.renew().await {
+        env.clock().sleep_ms(actor.config.broker_heartbeat_interval_ms).await;
+    }
+    actor.observe().await;
+    actor.publish();
+    let (leave, leave_rx) = tokio::sync::mpsc::channel(1);
+    env.spawner().spawn("membership", actor.run(leave_rx));
+    Ok(MembershipHandle { view: view_rx, leave })
+}
+
+/// A restarted broker (or a second process given the same id by mistake) finds a lease of
+/// another incarnation under its id: it may be a paused process that will wake up and write.
+/// It waits until that lease stood still for the session timeout plus the drift margin.
+async fn wait_for_older_process<E: Env>(env: &E, config: &BrokerConfig) -> CoreResult<()> {
+    let path = lease::path(config.broker_id);
+    let expiry = Duration::from_millis(config.broker_session_timeout_ms + config.broker_lease_drift_margin_ms);
+    let mut last: Option<(Option<bytes::Bytes>, Instant)> = None;
+    loop {
+        let raw = env.volume().read(&path).await.map_err(storage)?;
+        let now = env.clock().monotonic();
+        match raw.as_deref().map(|r| LeaseFile::decode(r, config.broker_id)) {
+            None | Some(Ok(LeaseFile { leaving: true, .. })) => return Ok(()),
+            // A torn lease of ours is replaced by the first renewal; another version is not.
+            Some(Err(e)) if e.contains("version") => return Err(CoreError::Storage(format!("{path}: {e}"))),
+            _ => {}
+        }
+        match &last {
+            Some((seen, since)) if *seen == raw => {
+                if now >= *since + expiry {
+                    return Ok(());
+                }
+            }
+            _ => {
+                if last.is_some() {
+                    tracing::warn!(
+                        broker_id = config.broker_id,
+                        "another process renews the lease of this broker id; waiting for it to stop"
+                    );
+                } else {
+                    tracing::info!(broker_id = config.broker_id, "waiting for the previous process's lease to run out");
+                }
+                last = Some((raw, now));
+            }
+        }
+        env.clock().sleep_ms(config.broker_heartbeat_interval_ms).await;
+    }
+}
+
+impl<E: Env> Membership<E> {
+    async fn run(mut self, mut leave: tokio::sync::mpsc::Receiver<oneshot::Sender<()>>) {
+        let interval = Duration::from_millis(self.config.broker_heartbeat_interval_ms);
+        let mut next = self.env.clock().monotonic() + interval;
+        loop {
+            // Wake at the lease's end too: everyone acting on the view must see it lapse.
+            let wake = self.valid_until.map_or(next, |until| until.min(next));
+            tokio::select! {
+                biased;
+                reply = leave.recv() => {
+                    self.write_leaving().await;
+                    if let Some(reply) = reply {
+                        let _ = reply.send(());
+                    }
+                    return;
+                }
+                _ = self.env.clock().sleep_until(wake) => {}
+            }
+            let now = self.env.clock().monotonic();
+            if now >= next {
+                next = now + interval;
+                self.renew().await;
+                self.observe().await;
+            }
+            self.publish();
+        }
+    }
+
+    /// Renews the lease; true if it is valid afterwards.
+    async fn renew(&mut self) -> bool {
+        let path = lease::path(self.config.broker_id);
+        // Another incarnation in our file: a newer process took our id while we were stopped.
+        // It waited for our lease to run out, so it may serve; we must not.
+        if let Ok(Some(raw)) = self.env.volume().read(&path).await
+            && let Ok(other) = LeaseFile::decode(&raw, self.config.broker_id)
+            && other.incarnation != self.incarnation
+            && (self.session > 0 || self.renewal > 0)
+        {
+            tracing::error!(
+                broker_id = self.config.broker_id,
+                "another process holds this broker id's lease; this one stops serving"
+            );
+            self.valid_until = None;
+            return false;
+        }
+        let start = self.env.clock().monotonic();
+        if self.valid_until.is_none_or(|until| start >= until) && self.renewal > 0 {
+            // The lease lapsed: whatever a peer took over meanwhile is its now.
+            self.session += 1;
+            self.renewal = 0;
+            tracing::warn!(session = self.session, "the broker's lease lapsed; starting a new lease session");
+        }
+        let next = LeaseFile {
+            format_version: 1,
+            broker_id: self.config.broker_id,
+            host: self.config.advertised_host.clone(),
+            port: self.config.advertised_port,
+            incarnation: self.incarnation,
+            session: self.session,
+            renewal: self.renewal + 1,
+            leaving: false,
+        };
+        match self.env.volume().write_atomic(&path, next.encode()).await {
+            Ok(()) => {
+                self.renewal += 1;
+                let validity = Duration::from_millis(
+                    self.config.broker_session_timeout_ms - self.config.broker_lease_drift_margin_ms,
+                );
+                self.valid_until = Some(start + validity);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot renew the broker's lease");
+                false
+            }
+        }
+    }
+
+    /// Reads every peer's lease: names from a listing (new brokers), then each by name.
+    async fn observe(&mut self) {
+        let volume = self.env.volume().clone();
+        let mut ids: Vec<i32> = match volume.list(BROKERS_DIR).await {
+            Ok(names) => names.iter().filter_map(|n| lease::parse_name(n)).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the brokers' leases");
+                return;
+            }
+        };
+        ids.extend(self.observed.keys().copied());
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids.into_iter().filter(|&id| id != self.config.broker_id) {
+            let lease = match volume.read(&lease::path(id)).await {
+                Ok(None) => None,
+                Ok(Some(raw)) => match LeaseFile::decode(&raw, id) {
+                    Ok(lease) => Some(lease),
+                    Err(e) => {
+                        // Never guessed at: the last lease read stands, and ages.
+                        tracing::warn!(broker_id = id, error = %e, "unreadable peer lease");
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(broker_id = id, error = %e, "cannot read a peer's lease");
+                    continue;
+                }
+            };
+            let now = self.env.clock().monotonic();
+            match self.observed.get_mut(&id) {
+                Some(o) if o.lease == lease => {}
+                Some(o) => {
+                    *o = Observation { lease, changed_at: now, seen_change: true };
+                }
+                None => {
+                    self.observed.insert(id, Observation { lease, changed_at: now, seen_change: false });
+                }
+            }
+        }
+    }
+
+    async fn write_leaving(&mut self) {
+        let lease = LeaseFile {
+            format_version: 1,
+            broker_id: self.config.broker_id,
+            host: self.config.advertised_host.clone(),
+            port: self.config.advertised_port,
+            incarnation: self.incarnation,
+            session: self.session,
+            renewal: self.renewal + 1,
+            leaving: true,
+        };
+        if let Err(e) = self.env.volume().write_atomic(&lease::path(self.config.broker_id), lease.encode()).await {
+            tracing::warn!(error = %e, "cannot mark the lease as leaving; peers will wait for it to run out");
+        }
+        self.valid_until = None;
+        self.publish();
+    }
+
+    fn settled(&self, renewal: u64) -> bool {
+        let needed = self.config.broker_ownership_settle_ms.div_ceil(self.config.broker_heartbeat_interval_ms);
+        renewal > needed
+    }
+
+    fn publish(&mut self) {
+        let now = self.env.clock().monotonic();
+        let timeout = Duration::from_millis(self.config.broker_session_timeout_ms);
+        let mut live = BTreeMap::new();
+        for (&id, o) in &self.observed {
+            if let Some(l) = &o.lease
+                && o.seen_change
+                && !l.leaving
+                && now < o.changed_at + timeout
+            {
+                live.insert(
+                    id,
+                    Peer { broker_id: id, host: l.host.clone(), port: l.port, settled: self.settled(l.renewal) },
+                );
+            }
+        }
+        let valid = self.valid_until.filter(|&until| now < until);
+        if valid.is_some() {
+            let me = self.config.broker_id;
+            let peer = Peer {
+                broker_id: me,
+                host: self.config.advertised_host.clone(),
+                port: self.config.advertised_port,
+                settled: self.settled(self.renewal),
+            };
+            live.insert(me, peer);
+        }
+        let view = ClusterView {
+            me: self.config.broker_id,
+            incarnation: self.incarnation,
+            session: self.session,
+            lease_valid_until: valid,
+            live,
+            observed: Arc::new(self.observed.clone()),
+            started_at: self.started_at,
+            session_timeout: timeout,
+            drift_margin: Duration::from_millis(self.config.broker_lease_drift_margin_ms),
+        };
+        self.view.send_replace(Arc::new(view));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendezvous_moves_only_the_keys_of_the_broker_that_left() {
+        let keys: Vec<String> = (0..500).map(|i| format!("topic-{i}")).collect();
+        let three: Vec<Option<i32>> = keys.iter().map(|k| owner_among(&[0, 1, 2], k)).collect();
+        let two: Vec<Option<i32>> = keys.iter().map(|k| owner_among(&[0, 2], k)).collect();
+        for (a, b) in three.iter().zip(&two) {
+            if *a != Some(1) {
+                assert_eq!(a, b, "a key not owned by the leaver stays put");
+            } else {
+                assert!(b.is_some_and(|b| b != 1));
+            }
+        }
+        for id in 0..3 {
+            let share = three.iter().filter(|o| **o == Some(id)).count();
+            assert!((100..240).contains(&share), "broker {id} owns {share} of 500");
+        }
+        assert_eq!(owner_among(&[], "x"), None);
+    }
+}

@@ -1,0 +1,34 @@
+//! Cluster mode: N brokers on one shared volume, no quorum (DESIGN.md, "Cluster mode").
+//!
+//! - `lease`: the lease file of one broker.
+//! - `membership`: the actor that renews this broker's lease, reads the peers' and publishes the
+//!   `ClusterView`: the live set, this broker's own lease validity, and ownership by rendezvous
+//!   hash. One broker alone is a cluster of one: it owns everything.
+//! - `claims`: ownership epochs, claimed by exclusive create once the old holder is gone.
+
+pub mod claims;
+pub mod lease;
+pub mod membership;
+
+pub use claims::{Claimed, Claims, Kind};
+pub use membership::{ClusterView, MembershipHandle, Peer};
+
+/// The ownership key of a partition: its directory name, `<topic>-<partition>`.
+pub fn partition_key(topic: &str, partition: i32) -> String {
+    crate::topics::partition_dir(topic, partition)
+}
+
+/// The ownership key of a transaction slot (`txn::state::slot`).
+pub fn txn_slot_key(slot: u32) -> String {
+    format!("txn-slot-{slot}")
+}
+
+/// The ownership key of the transaction slot of `transactional_id`.
+pub fn txn_key(transactional_id: &str) -> String {
+    txn_slot_key(crate::txn::state::slot(transactional_id))
+}
+
+/// The ownership key of a consumer group. Group ids are any string; the key is hashed only.
+pub fn group_key(group_id: &str) -> String {
+    format!("group-{group_id}")
+}

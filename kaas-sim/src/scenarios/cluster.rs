@@ -1,0 +1,169 @@
+//! Cluster scenarios: 3 to 5 brokers on ONE data directory of the shared volume, a cluster in
+//! earnest. Idempotent producers (the `idempotence` load) write to partitions whose owners the
+//! faults keep moving; clients route by Metadata and move on at NOT_LEADER_OR_FOLLOWER, as real
+//! clients do. Each run draws the lease settings too (session timeout, heartbeat, drift margin,
+//! settle period), so short and long leases both meet the faults.
+//!
+//! - cluster-failover: owners crash and restart (a restarted broker waits out its old lease),
+//!   stop gracefully (handing over at once), and come back to take their share after the
+//!   settle period.
+//! - cluster-zombie: owners paused far past their lease and resumed, mid-append or not; brokers
+//!   cut off from the volume while clients still reach them; clock rate drift within the drift
+//!   margin and wall clock steps. A zombie's late write must never be read or acked, and never
+//!   land in the new owner's files (the volume's two-writers check).
+//!
+//! Checks: the log checker (every acked record at its offset, exactly once), the idempotence
+//! checker (no batch twice across take-overs: the new owner rebuilds producer state from the
+//! files), unique producer ids, and the volume's two-writers check.
+
+use kaas_core::BrokerConfig;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Common, FaultMix};
+use super::idempotence::Load;
+use super::{RunResult, World};
+use crate::faults::{Fault, Planned};
+use crate::hosts::BrokerSpec;
+
+/// The lease settings of one world, by their Kafka-style names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leases {
+    pub session_timeout_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    pub drift_margin_ms: u64,
+    pub settle_ms: u64,
+}
+
+impl Leases {
+    fn draw(rng: &mut ChaCha8Rng) -> Leases {
+        if rng.random_bool(0.3) {
+            return Leases::defaults();
+        }
+        let session_timeout_ms = rng.random_range(2000..=12_000);
+        Leases {
+            session_timeout_ms,
+            heartbeat_interval_ms: rng.random_range(session_timeout_ms / 8..=session_timeout_ms / 3),
+            drift_margin_ms: rng.random_range(session_timeout_ms / 10..=session_timeout_ms / 4),
+            settle_ms: [0, session_timeout_ms / 2, session_timeout_ms][rng.random_range(0..3)],
+        }
+    }
+
+    fn defaults() -> Leases {
+        let c = BrokerConfig::default();
+        Leases {
+            session_timeout_ms: c.broker_session_timeout_ms,
+            heartbeat_interval_ms: c.broker_heartbeat_interval_ms,
+            drift_margin_ms: c.broker_lease_drift_margin_ms,
+            settle_ms: c.broker_ownership_settle_ms,
+        }
+    }
+
+    fn config(&self) -> BrokerConfig {
+        BrokerConfig {
+            broker_session_timeout_ms: self.session_timeout_ms,
+            broker_heartbeat_interval_ms: self.heartbeat_interval_ms,
+            broker_lease_drift_margin_ms: self.drift_margin_ms,
+            broker_ownership_settle_ms: self.settle_ms,
+            group_initial_rebalance_delay_ms: 0,
+            ..BrokerConfig::default()
+        }
+    }
+
+    /// The largest clock rate difference the drift margin covers, parts per million, with room.
+    fn drift_ppm_max(&self) -> i64 {
+        (self.drift_margin_ms * 1_000_000 / self.session_timeout_ms / 2) as i64
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cluster {
+    pub common: Common,
+    pub leases: Leases,
+    pub load: Load,
+}
+
+fn brokers(rng: &mut ChaCha8Rng) -> Vec<BrokerSpec> {
+    (0..rng.random_range(3..=5))
+        .map(|i| BrokerSpec {
+            host: format!("kaas-{i}"),
+            broker_id: i,
+            seed: rng.random(),
+            clock_skew_ms: rng.random_range(-5000..=5000),
+            clock_drift_ppm: 0,
+            data_dir: String::new(),
+        })
+        .collect()
+}
+
+impl Cluster {
+    fn draw(seed: u64, zombie: bool) -> Cluster {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let leases = Leases::draw(&mut rng);
+        let partitions = rng.random_range(2..=6);
+        let producers = rng.random_range(2..=5);
+        let load = Load::draw(&mut rng, producers, partitions);
+        let brokers = brokers(&mut rng);
+        let hosts: Vec<String> = brokers.iter().map(|b| b.host.clone()).collect();
+        let mix = FaultMix { progress_max: load.steps(), clock_steps: zombie, drift_ppm_max: leases.drift_ppm_max() };
+        let mut common = Common::draw_with(&mut rng, brokers, mix);
+        if zombie {
+            common.plan.extend(zombie_faults(&mut rng, &hosts, &leases, load.steps()));
+        }
+        Cluster { common, leases, load }
+    }
+
+    fn run(&self, seed: u64, scenario: &str) -> RunResult {
+        self.load.run(seed, &self.common, self.leases.config(), scenario)
+    }
+}
+
+/// Pauses of an owner far past its lease (a SIGSTOP, a VM frozen), volume partitions longer
+/// than the lease while clients still reach the broker, and clock rate changes.
+fn zombie_faults(rng: &mut ChaCha8Rng, hosts: &[String], leases: &Leases, steps: usize) -> Vec<Planned> {
+    let lease = leases.session_timeout_ms;
+    let mut plan = Vec::new();
+    for _ in 0..rng.random_range(1..=3) {
+        let host = hosts[rng.random_range(0..hosts.len())].clone();
+        let ms = rng.random_range(lease / 2..=lease * 3);
+        plan.push(Planned { at: super::common::trigger(rng, steps), fault: Fault::Pause { host, ms } });
+    }
+    if rng.random_bool(0.5) {
+        let host = hosts[rng.random_range(0..hosts.len())].clone();
+        let ms = rng.random_range(lease / 2..=lease * 2);
+        plan.push(Planned { at: super::common::trigger(rng, steps), fault: Fault::VolumePartition { host, ms } });
+    }
+    if rng.random_bool(0.5) {
+        let host = hosts[rng.random_range(0..hosts.len())].clone();
+        let max = leases.drift_ppm_max();
+        let ppm = rng.random_range(-max..=max);
+        plan.push(Planned { at: super::common::trigger(rng, steps), fault: Fault::ClockRate { host, ppm } });
+    }
+    plan
+}
+
+macro_rules! cluster_world {
+    ($name:ident, $scenario:literal, $zombie:expr) => {
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub Cluster);
+
+        impl World for $name {
+            fn draw(seed: u64) -> Self {
+                $name(Cluster::draw(seed, $zombie))
+            }
+
+            fn common(&self) -> &Common {
+                &self.0.common
+            }
+
+            fn run(&self, seed: u64) -> RunResult {
+                self.0.run(seed, $scenario)
+            }
+        }
+    };
+}
+
+cluster_world!(ClusterFailover, "cluster-failover", false);
+cluster_world!(ClusterZombie, "cluster-zombie", true);
