@@ -36,6 +36,12 @@ impl<E: Env> Broker<E> {
         Ok(Broker { env, config, topics, groups, producer_ids, txn, membership })
     }
 
+    /// Whether this broker holds a valid lease now: what it owns it may still answer for.
+    pub fn owns_now(&self) -> bool {
+        use crate::env::Clock;
+        self.membership.view().lease_valid(self.env.clock().monotonic())
+    }
+
     /// Graceful shutdown: flushes and closes every partition log, releasing each, then marks
     /// the lease as leaving, so peers take everything over at once.
     pub async fn shutdown(&self) {

@@ -297,6 +297,31 @@ struct PartitionActor<E: Env> {
     owned: Option<Owned>,
     /// The membership's view: an ack is sent only while the lease of `owned.session` is valid.
     cluster: watch::Receiver<Arc<ClusterView>>,
+    /// The id of the topic this partition belongs to, and whether its directory was checked to
+    /// be this topic's (`adopt_dir`).
+    topic_id: [u8; 16],
+    adopted: bool,
+}
+
+/// The file in a partition directory naming the topic it belongs to.
+const TOPIC_ID_FILE: &str = "topic.id";
+
+/// Makes `dir` the directory of topic `topic_id`: a directory marked with another topic id is
+/// a deleted topic's that a crash left behind, and is emptied first; an unmarked one (written
+/// before directories were marked) is kept and marked.
+pub async fn adopt_dir<V: crate::env::Volume>(volume: &V, dir: &str, topic_id: [u8; 16]) -> std::io::Result<()> {
+    let path = crate::env::join(dir, TOPIC_ID_FILE);
+    let hex: String = topic_id.iter().map(|b| format!("{b:02x}")).collect();
+    match volume.read(&path).await? {
+        Some(raw) if raw.as_ref() == hex.as_bytes() => return Ok(()),
+        Some(_) if !crate::mutant!(RecreateKeepsStalePartitions) => {
+            tracing::warn!(dir, "removing a deleted topic's partition directory");
+            volume.remove_dir_all(dir).await?;
+        }
+        _ => {}
+    }
+    volume.create_dir_all(dir).await?;
+    volume.write_atomic(&path, Bytes::from(hex)).await
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -309,6 +334,7 @@ struct Owned {
 pub async fn start<E: Env>(
     env: &E,
     dir: String,
+    topic_id: [u8; 16],
     settings: PartitionSettings,
     data_version: watch::Sender<u64>,
     cluster: watch::Receiver<Arc<ClusterView>>,
@@ -336,6 +362,8 @@ pub async fn start<E: Env>(
         fences: BTreeMap::new(),
         owned: None,
         cluster,
+        topic_id,
+        adopted: false,
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
@@ -355,6 +383,15 @@ impl<E: Env> PartitionActor<E> {
         let owned = self.owned?;
         if self.log.is_none() {
             let volume = self.env.volume().clone();
+            if !self.adopted {
+                match adopt_dir(&volume, &self.dir, self.topic_id).await {
+                    Ok(()) => self.adopted = true,
+                    Err(e) => {
+                        tracing::error!(dir = %self.dir, error = %e, "cannot check the partition directory");
+                        return None;
+                    }
+                }
+            }
             self.cut_pending().await;
             if self.cut_before_open.is_some() {
                 return None;
@@ -390,7 +427,10 @@ impl<E: Env> PartitionActor<E> {
         now.owned = self.owned.is_some();
         let before = *self.watermarks.borrow();
         self.check_txn_bookkeeping(&now);
-        assert!(now.high_watermark >= before.high_watermark, "the high watermark never moves back");
+        assert!(
+            now.high_watermark >= before.high_watermark || now.leader_epoch != before.leader_epoch,
+            "the high watermark never moves back within an ownership epoch"
+        );
         assert!(
             now.last_stable_offset >= before.last_stable_offset || !before.online,
             "the last stable offset never moves back"
@@ -492,8 +532,8 @@ impl<E: Env> PartitionActor<E> {
         match synced {
             Ok(()) if !self.lease_ok() => {
                 // Written and durable, but the lease ran out meanwhile: a peer may own the
-                // partition already. Effect unknown to the producer, which retries elsewhere.
-                self.publish();
+                // partition already, and may not have these bytes. Nothing is published or
+                // acked; the producer, told the effect is unknown, retries elsewhere.
                 for (reply, _) in acks.drain(..) {
                     let _ = reply.send(Err(CoreError::NotLeaderOrFollower));
                 }
@@ -593,9 +633,12 @@ impl<E: Env> PartitionActor<E> {
                 self.finish_group(acks).await;
                 self.stop(false).await;
                 self.owned = Some(Owned { claimed, session });
-                self.watermarks.send_modify(|w| {
-                    w.online = false;
-                    w.owned = true;
+                // A new epoch starts from what the files say: an old epoch's watermarks (a
+                // zombie's, perhaps past what it acked) are no baseline for it.
+                self.watermarks.send_replace(Watermarks {
+                    owned: true,
+                    leader_epoch: claimed.epoch as i32,
+                    ..Watermarks::default()
                 });
                 let opened = self.ensure_open().await.is_some();
                 let _ = reply.send(if opened { Ok(()) } else { Err(CoreError::Storage("cannot open the log".into())) });
@@ -656,6 +699,7 @@ impl<E: Env> PartitionActor<E> {
                             }
                             Verdict::Append => None,
                             Verdict::Duplicate { base_offset: original } => {
+                                tracing::trace!(dir = %self.dir, original, pid = header.producer_id, seq = header.base_sequence, "duplicate");
                                 // Answered once durable, like the appends of this group: the
                                 // original may still be one of them.
                                 base_offset.get_or_insert(original);
@@ -674,6 +718,7 @@ impl<E: Env> PartitionActor<E> {
                     }
                     match log.append(&header, data).await {
                         Ok(offset) => {
+                            tracing::trace!(dir = %self.dir, offset, pid = header.producer_id, seq = header.base_sequence, "appended");
                             self.producers.apply(&header, offset);
                             base_offset.get_or_insert(offset);
                         }
@@ -894,7 +939,7 @@ mod tests {
         let view = ClusterView::standalone(0, crate::env::Clock::monotonic(env.clock()));
         let (_cluster, cluster_rx) = watch::channel(Arc::new(view));
         let solo = |epoch| Claimed { epoch, takeover: true };
-        let partition = start(&env, "t-0".into(), settings, data_version.clone(), cluster_rx.clone()).await;
+        let partition = start(&env, "t-0".into(), [7; 16], settings, data_version.clone(), cluster_rx.clone()).await;
         partition.own(solo(1), 0).await.unwrap();
         let mut offsets = Vec::new();
         for i in 0..12 {
@@ -911,7 +956,7 @@ mod tests {
         let names = crate::env::Volume::list(crate::env::Env::volume(&env), "t-0").await.unwrap();
         let snapshots = names.iter().filter(|n| n.ends_with(".snapshot"));
         assert!(snapshots.count() >= 1, "segment rolls wrote snapshots");
-        let partition = start(&env, "t-0".into(), settings, data_version, cluster_rx).await;
+        let partition = start(&env, "t-0".into(), [7; 16], settings, data_version, cluster_rx).await;
         partition.own(solo(2), 0).await.unwrap();
         let end = partition.watermarks().log_end_offset;
         assert_eq!(produce(&partition, batch(55)).await.unwrap(), offsets[11]);

@@ -421,7 +421,8 @@ impl<E: Env> TopicManager<E> {
         for p in from..meta.partitions {
             let dir = partition_dir(&meta.name, p);
             let cluster = self.membership.subscribe();
-            partitions.push(partition::start(&self.env, dir, settings, self.data_version.clone(), cluster).await);
+            let (data_version, topic_id) = (self.data_version.clone(), meta.topic_id);
+            partitions.push(partition::start(&self.env, dir, topic_id, settings, data_version, cluster).await);
         }
         TopicState { meta, partitions }
     }
@@ -546,11 +547,10 @@ impl<E: Env> TopicManager<E> {
             }
             Err(e) => return Err(storage(e)),
         }
-        // A crash during an earlier delete may have left partition directories behind. Removed
-        // once this broker won the create: no peer serves the topic before it exists.
-        for p in (0..partitions).filter(|_| !crate::mutant!(RecreateKeepsStalePartitions)) {
-            self.env.volume().remove_dir_all(&partition_dir(&meta.name, p)).await.map_err(storage)?;
-        }
+        // A crash during an earlier delete may have left partition directories behind: each
+        // partition's first owner finds them marked with the old topic id and empties them
+        // (`partition::adopt_dir`). Not here: a create that stalled on the volume may return
+        // after a peer already adopted this topic's file and served it.
         let state = self.start_partitions(meta.clone(), 0, Vec::new()).await;
         self.topics.insert(meta.name.clone(), Arc::new(state));
         self.publish();
@@ -608,9 +608,8 @@ impl<E: Env> TopicManager<E> {
             return Ok(());
         }
         let meta = TopicMeta { partitions: count, ..state.meta.clone() };
-        for p in current..count {
-            self.env.volume().remove_dir_all(&partition_dir(name, p)).await.map_err(storage)?;
-        }
+        // A stray directory of a deleted topic's partition `p` is emptied by its first owner
+        // (`partition::adopt_dir`).
         self.persist(&meta).await?;
         let existing = state.partitions.clone();
         let state = self.start_partitions(meta, current, existing).await;

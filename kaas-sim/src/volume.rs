@@ -16,8 +16,9 @@
 //!   writer turns them into zeros. Only a truncate below them takes them out.
 //! - Every directory entry change (a file created, a directory created, a rename, a removal) is
 //!   durable only once its parent directory is synced; a crash of the host that made it undoes
-//!   it. `create_dir_all`, `open` (when it creates) and the removals sync the directory
-//!   themselves, after a simulated delay; `create` and `rename` leave it to `sync_dir`.
+//!   it. A sync of a directory by any host makes every change in it durable, whoever made it.
+//!   `create_dir_all`, `open` (when it creates), `create_exclusive` and the removals sync the
+//!   directory themselves, after a simulated delay; `create` and `rename` leave it to `sync_dir`.
 //! - A partition between a host and the volume (`stall`) stalls the host's I/O calls; when it
 //!   heals (`heal`), each stalled call either completes, late, or fails with EIO. A call of a
 //!   host that crashed meanwhile dies with it (a late landing of a dead process's write, which
@@ -221,9 +222,13 @@ impl State {
         self.unsynced_entries.push(Pending { id: self.next_pending, host: host.clone(), undo });
     }
 
-    /// The ids of `host`'s changes waiting on a sync of `dir`: what a sync begun now covers.
-    fn waiting_on(&self, host: &Host, dir: &str) -> Vec<u64> {
-        self.unsynced_entries.iter().filter(|p| &p.host == host && p.undo.dir() == dir).map(|p| p.id).collect()
+    /// The ids of the changes waiting on a sync of `dir`: what a sync begun now covers. Any
+    /// host's: a directory's entries are one inode's, whoever made them (on one machine the
+    /// fsync of a directory covers every process's changes to it; NFS makes entry changes
+    /// synchronously at the server). So a host that creates a file in a directory another
+    /// host just made, and syncs it, has made both durable.
+    fn waiting_on(&self, _host: &Host, dir: &str) -> Vec<u64> {
+        self.unsynced_entries.iter().filter(|p| p.undo.dir() == dir).map(|p| p.id).collect()
     }
 
     /// Makes the entry changes `ids` durable; files no path names any more are gone.

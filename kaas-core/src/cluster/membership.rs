@@ -45,6 +45,9 @@ struct Observation {
     changed_at: Instant,
     /// Whether it has seen it change at all.
     seen_change: bool,
+    /// When it last read the lease: a lease counts as stood still only up to the last read
+    /// that found it so, never through a spell in which this broker could not read it.
+    read_at: Instant,
 }
 
 /// The cluster as this broker sees it, replaced whole on every change.
@@ -59,14 +62,13 @@ pub struct ClusterView {
     /// Live brokers by id, this one included while its lease is valid.
     pub live: BTreeMap<i32, Peer>,
     observed: Arc<BTreeMap<i32, Observation>>,
-    started_at: Instant,
     session_timeout: Duration,
     drift_margin: Duration,
 }
 
 impl ClusterView {
     /// The view of a broker that holds no lease yet.
-    fn new(config: &BrokerConfig, incarnation: u64, now: Instant) -> Self {
+    fn new(config: &BrokerConfig, incarnation: u64) -> Self {
         ClusterView {
             me: config.broker_id,
             incarnation,
@@ -74,7 +76,6 @@ impl ClusterView {
             lease_valid_until: None,
             live: BTreeMap::new(),
             observed: Arc::new(BTreeMap::new()),
-            started_at: now,
             session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
             drift_margin: Duration::from_millis(config.broker_lease_drift_margin_ms),
         }
@@ -85,7 +86,7 @@ impl ClusterView {
     pub fn standalone(me: i32, now: Instant) -> Self {
         let mut config = BrokerConfig { broker_id: me, ..BrokerConfig::default() };
         config.broker_id = me;
-        let mut view = ClusterView::new(&config, 0, now);
+        let mut view = ClusterView::new(&config, 0);
         view.lease_valid_until = Some(now + Duration::from_secs(100 * 365 * 24 * 3600));
         let peer =
             Peer { broker_id: me, host: config.advertised_host.clone(), port: config.advertised_port, settled: true };
@@ -122,23 +123,30 @@ impl ClusterView {
     /// clock. This broker's own earlier sessions are gone once it has given up what they owned,
     /// which the caller knows.
     pub fn holder_gone(&self, broker_id: i32, incarnation: u64, now: Instant) -> bool {
-        if broker_id == self.me && incarnation == self.incarnation {
-            return true;
-        }
         if broker_id == self.me {
-            // This process waited for the older one's lease to run out before it started.
-            return true;
+            // Older processes of this id were waited out before this one started.
+            return incarnation == self.incarnation || generation(incarnation) < generation(self.incarnation);
         }
         let expiry = self.session_timeout + self.drift_margin;
         match self.observed.get(&broker_id) {
-            None => now >= self.started_at + expiry,
+            // Never read: nothing is known, and nothing may be taken from it.
+            None => false,
             Some(o) => match &o.lease {
-                Some(l) if l.incarnation != incarnation => true,
+                // A later process holds the id: it waited this one out.
+                Some(l) if generation(l.incarnation) > generation(incarnation) => true,
+                // Not the lease this claim was made under, nor a later one: wait and see.
+                Some(l) if l.incarnation != incarnation => false,
                 Some(l) if l.leaving => true,
-                _ => now >= o.changed_at + expiry,
+                // Read unchanged at or after the end of its lease plus the margin.
+                _ => now >= o.changed_at + expiry && o.read_at >= o.changed_at + expiry,
             },
         }
     }
+}
+
+/// The generation of a process incarnation: processes of one broker id count up.
+fn generation(incarnation: u64) -> u64 {
+    incarnation >> 32
 }
 
 /// Rendezvous (highest random weight) hashing: the owner of `key` among `brokers`.
@@ -194,7 +202,6 @@ struct Membership<E: Env> {
     valid_until: Option<Instant>,
     observed: BTreeMap<i32, Observation>,
     view: watch::Sender<Arc<ClusterView>>,
-    started_at: Instant,
 }
 
 fn storage(e: std::io::Error) -> CoreError {
@@ -206,10 +213,12 @@ fn storage(e: std::io::Error) -> CoreError {
 pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<MembershipHandle> {
     let volume = env.volume().clone();
     volume.create_dir_all(BROKERS_DIR).await.map_err(storage)?;
-    let incarnation = env.rng().next_u64();
-    wait_for_older_process(env, &config).await?;
-    let now = env.clock().monotonic();
-    let (view, view_rx) = watch::channel(Arc::new(ClusterView::new(&config, incarnation, now)));
+    let older = wait_for_older_process(env, &config).await?;
+    // The generation in the high half orders the processes of one broker id (each waited for
+    // the one before); the random low half tells two started by mistake at once apart.
+    let generation = older.map_or(0, |l| generation(l.incarnation)) + 1;
+    let incarnation = (generation << 32) | (env.rng().next_u64() & 0xffff_ffff);
+    let (view, view_rx) = watch::channel(Arc::new(ClusterView::new(&config, incarnation)));
     let mut actor = Membership {
         env: env.clone(),
         config,
@@ -219,7 +228,6 @@ pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<Mem
         valid_until: None,
         observed: BTreeMap::new(),
         view,
-        started_at: now,
     };
     while !actor.renew().await {
         env.clock().sleep_ms(actor.config.broker_heartbeat_interval_ms).await;
@@ -234,15 +242,17 @@ pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<Mem
 /// A restarted broker (or a second process given the same id by mistake) finds a lease of
 /// another incarnation under its id: it may be a paused process that will wake up and write.
 /// It waits until that lease stood still for the session timeout plus the drift margin.
-async fn wait_for_older_process<E: Env>(env: &E, config: &BrokerConfig) -> CoreResult<()> {
+async fn wait_for_older_process<E: Env>(env: &E, config: &BrokerConfig) -> CoreResult<Option<LeaseFile>> {
     let path = lease::path(config.broker_id);
     let expiry = Duration::from_millis(config.broker_session_timeout_ms + config.broker_lease_drift_margin_ms);
     let mut last: Option<(Option<bytes::Bytes>, Instant)> = None;
     loop {
         let raw = env.volume().read(&path).await.map_err(storage)?;
         let now = env.clock().monotonic();
-        match raw.as_deref().map(|r| LeaseFile::decode(r, config.broker_id)) {
-            None | Some(Ok(LeaseFile { leaving: true, .. })) => return Ok(()),
+        let decoded = raw.as_deref().map(|r| LeaseFile::decode(r, config.broker_id));
+        match decoded {
+            None => return Ok(None),
+            Some(Ok(lease)) if lease.leaving => return Ok(Some(lease)),
             // A torn lease of ours is replaced by the first renewal; another version is not.
             Some(Err(e)) if e.contains("version") => return Err(CoreError::Storage(format!("{path}: {e}"))),
             _ => {}
@@ -250,7 +260,7 @@ async fn wait_for_older_process<E: Env>(env: &E, config: &BrokerConfig) -> CoreR
         match &last {
             Some((seen, since)) if *seen == raw => {
                 if now >= *since + expiry {
-                    return Ok(());
+                    return Ok(raw.as_deref().and_then(|r| LeaseFile::decode(r, config.broker_id).ok()));
                 }
             }
             _ => {
@@ -274,8 +284,10 @@ impl<E: Env> Membership<E> {
         let interval = Duration::from_millis(self.config.broker_heartbeat_interval_ms);
         let mut next = self.env.clock().monotonic() + interval;
         loop {
-            // Wake at the lease's end too: everyone acting on the view must see it lapse.
-            let wake = self.valid_until.map_or(next, |until| until.min(next));
+            // Wake at the lease's end too (once: a lease already over is no deadline): everyone
+            // acting on the view must see it lapse.
+            let now = self.env.clock().monotonic();
+            let wake = self.valid_until.filter(|&until| until > now).map_or(next, |until| until.min(next));
             tokio::select! {
                 biased;
                 reply = leave.recv() => {
@@ -378,12 +390,12 @@ impl<E: Env> Membership<E> {
             };
             let now = self.env.clock().monotonic();
             match self.observed.get_mut(&id) {
-                Some(o) if o.lease == lease => {}
+                Some(o) if o.lease == lease => o.read_at = now,
                 Some(o) => {
-                    *o = Observation { lease, changed_at: now, seen_change: true };
+                    *o = Observation { lease, changed_at: now, seen_change: true, read_at: now };
                 }
                 None => {
-                    self.observed.insert(id, Observation { lease, changed_at: now, seen_change: false });
+                    self.observed.insert(id, Observation { lease, changed_at: now, seen_change: false, read_at: now });
                 }
             }
         }
@@ -446,7 +458,6 @@ impl<E: Env> Membership<E> {
             lease_valid_until: valid,
             live,
             observed: Arc::new(self.observed.clone()),
-            started_at: self.started_at,
             session_timeout: timeout,
             drift_margin: Duration::from_millis(self.config.broker_lease_drift_margin_ms),
         };

@@ -213,11 +213,14 @@ impl<V: Volume> PartitionLog<V> {
             }
             segments.push(seg);
         }
-        // What survived the crash is on disk; make it durable before anyone reads it.
+        // What survived the crash is on disk; make it durable before anyone reads it. The log
+        // ends where the scan found it end: an old owner still writing may add bytes after the
+        // scan (and on a local disk this fsync makes them durable too), but they are not read.
         let active = segments.last_mut().expect("at least one segment");
         if !last_sealed {
+            let scanned = active.durable_len;
             active.file.sync().await?;
-            active.durable_len = active.size();
+            active.durable_len = scanned;
         }
         let log_end_offset = active.next_offset;
         let first_base = segments[0].base_offset;

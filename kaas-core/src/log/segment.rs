@@ -219,10 +219,12 @@ impl<F: VolumeFile> Segment<F> {
         Ok(None)
     }
 
+    /// The index of a synced segment: it covers `durable_len`, which a seal may put below the
+    /// file's length (an old owner's bytes after it are not part of the log).
     pub fn encode_index(&self) -> Bytes {
         let mut b = BytesMut::new();
         b.put_u16(INDEX_FORMAT_VERSION);
-        b.put_u64(self.size());
+        b.put_u64(self.durable_len);
         b.put_i64(self.next_offset);
         b.put_i64(self.max_timestamp);
         b.put_u32(self.index.len() as u32);

@@ -83,6 +83,7 @@ pub async fn restore<V: Volume>(volume: &V, log: &PartitionLog<V>) -> Result<Pro
         let Some(raw) = volume.read(&path).await? else { continue };
         match decode(&raw) {
             Ok(states) => {
+                tracing::debug!(path, "restoring producer state from snapshot");
                 restored = Some((offset, states));
                 break;
             }

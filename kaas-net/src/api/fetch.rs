@@ -27,6 +27,7 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
     let header = header.clone();
     let topics = ctx.broker.topics.clone();
     let clock = ctx.broker.env.clock().clone();
+    let broker = ctx.broker.clone();
     Answer::Later(Box::pin(async move {
         if request.session_id != 0 || request.session_epoch > 0 {
             let response = FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
@@ -37,7 +38,8 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
         let mut data_version = topics.data_version.clone();
         loop {
             data_version.borrow_and_update();
-            let (response, bytes) = read_once(&topics.snapshot(), &request, header.request_api_version).await;
+            let (response, bytes) =
+                read_once(&topics.snapshot(), &request, header.request_api_version, broker.owns_now()).await;
             let waited_enough = clock.monotonic() >= deadline;
             if bytes >= request.min_bytes.max(0) as usize || waited_enough || bytes > 0 && request.min_bytes <= 1 {
                 return encode(ApiKey::Fetch, &header, &response);
@@ -54,7 +56,12 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
 }
 
 /// One pass over the requested partitions; returns the response and the record bytes in it.
-async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, version: i16) -> (FetchResponse, usize) {
+async fn read_once(
+    snapshot: &Arc<MetadataSnapshot>,
+    request: &FetchRequest,
+    version: i16,
+    lease_valid: bool,
+) -> (FetchResponse, usize) {
     let mut remaining = request.max_bytes.max(0) as usize;
     let read_committed = request.isolation_level == 1 && !kaas_core::mutant!(FetchIgnoresIsolation);
     let isolation = if read_committed { Isolation::ReadCommitted } else { Isolation::ReadUncommitted };
@@ -86,7 +93,7 @@ async fn read_once(snapshot: &Arc<MetadataSnapshot>, request: &FetchRequest, ver
             // watermarks and no records; otherwise from a read, with the watermarks it saw.
             let answer = if remaining == 0 {
                 let marks = partition.watermarks();
-                if !marks.owned {
+                if !marks.owned || !lease_valid {
                     Err(ResponseError::NotLeaderOrFollower.code())
                 } else if marks.online {
                     Ok((Bytes::new(), marks, Vec::new()))

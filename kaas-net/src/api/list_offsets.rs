@@ -39,7 +39,7 @@ pub async fn handle<E: Env>(
                     .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                     .with_timestamp(-1)
                     .with_offset(-1),
-                Some(partition) => lookup(partition, p.timestamp, read_committed, base).await,
+                Some(partition) => lookup(ctx, partition, p.timestamp, read_committed, base).await,
             };
             partitions.push(response);
         }
@@ -48,14 +48,17 @@ pub async fn handle<E: Env>(
     ListOffsetsResponse::default().with_topics(topics)
 }
 
-async fn lookup(
+async fn lookup<E: Env>(
+    ctx: &Context<E>,
     partition: &PartitionHandle,
     timestamp: i64,
     read_committed: bool,
     base: ListOffsetsPartitionResponse,
 ) -> ListOffsetsPartitionResponse {
     let marks = partition.watermarks();
-    if !marks.owned {
+    // Published offsets are answered only while the lease is valid: a broker that woke from a
+    // long pause may no longer own the partition, whatever its actor last published.
+    if !marks.owned || !ctx.broker.owns_now() {
         return base.with_error_code(ResponseError::NotLeaderOrFollower.code()).with_offset(-1).with_timestamp(-1);
     }
     let base = if base.leader_epoch >= 0 { base.with_leader_epoch(marks.leader_epoch) } else { base };
