@@ -29,10 +29,17 @@ impl<E: Env> Broker<E> {
         let config = Arc::new(config);
         let membership = membership::start(&env, config.clone()).await?;
         let topics = topics::start(&env, config.clone(), membership.clone()).await?;
-        let groups = group::start(&env, config.clone()).await?;
+        let groups = group::start(&env, config.clone(), membership.clone()).await?;
         let producer_ids = ids::start(&env, config.broker_id).await?;
-        let txn =
-            coordinator::start(&env, config.clone(), topics.clone(), groups.clone(), producer_ids.clone()).await?;
+        let txn = coordinator::start(
+            &env,
+            config.clone(),
+            topics.clone(),
+            groups.clone(),
+            producer_ids.clone(),
+            membership.clone(),
+        )
+        .await?;
         Ok(Broker { env, config, topics, groups, producer_ids, txn, membership })
     }
 
@@ -57,7 +64,7 @@ mod tests {
     use crate::env::{Rng, Volume};
 
     #[tokio::test]
-    async fn unreadable_metadata_stops_the_start_with_a_storage_error() {
+    async fn unreadable_topic_metadata_stops_the_start_and_a_damaged_group_is_reported() {
         let dir = std::env::temp_dir().join(format!("kaas-broker-{:x}", RealRng::default().next_u64()));
         let env = RealEnv::new(&dir);
         let broker = Broker::start(env.clone(), BrokerConfig::default()).await.unwrap();
@@ -66,8 +73,20 @@ mod tests {
         let started = Broker::start(env.clone(), BrokerConfig::default()).await;
         assert!(matches!(started, Err(crate::CoreError::Storage(m)) if m.contains("t.json")));
         env.volume().remove_file("__cluster/topics/t.json").await.unwrap();
+        // A damaged group file takes only its group out (a cluster's other groups live on), and
+        // says why; "67" is the hex of the group id "g".
         env.volume().write_atomic("__cluster/groups/67.json", bytes::Bytes::from_static(b"[]")).await.unwrap();
-        let started = Broker::start(env, BrokerConfig::default()).await;
-        assert!(matches!(started, Err(crate::CoreError::Storage(m)) if m.contains("67.json")));
+        let broker = Broker::start(env, BrokerConfig::default()).await.unwrap();
+        let fetched = broker.groups.fetch("g".into(), None, false).await;
+        assert!(matches!(fetched, Err(crate::CoreError::Storage(m)) if m.contains("67.json")));
+        let committed = broker.groups.commit(crate::group::CommitRequest {
+            group_id: "g".into(),
+            member_id: String::new(),
+            group_instance_id: None,
+            generation_id: -1,
+            offsets: Vec::new(),
+        });
+        assert!(matches!(committed.await, Err(crate::CoreError::Storage(m)) if m.contains("67.json")));
+        broker.shutdown().await;
     }
 }

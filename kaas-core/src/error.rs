@@ -34,6 +34,10 @@ pub enum CoreError {
     Storage(String),
     // Groups.
     CoordinatorNotAvailable,
+    /// 16: another broker coordinates this group or transactional id; retriable.
+    NotCoordinator,
+    /// 14: this broker is taking the group over; retriable.
+    CoordinatorLoadInProgress,
     InvalidGroupId,
     InvalidSessionTimeout,
     InconsistentGroupProtocol,

@@ -441,14 +441,19 @@ impl<E: Env> TopicManager<E> {
         let interval_ms = self.config.log_retention_check_interval_ms.max(1);
         let mut next_retention = self.env.clock().monotonic() + std::time::Duration::from_millis(interval_ms);
         let mut cluster = self.membership.subscribe();
+        let mut membership_alive = true;
         loop {
             let command = tokio::select! {
                 biased;
                 command = rx.recv() => command,
-                changed = cluster.changed() => {
-                    if changed.is_ok() {
-                        self.rescan().await;
-                        self.reconcile().await;
+                // The membership actor is gone at shutdown: its view then never changes again.
+                changed = cluster.changed(), if membership_alive => {
+                    match changed {
+                        Ok(()) => {
+                            self.rescan().await;
+                            self.reconcile().await;
+                        }
+                        Err(_) => membership_alive = false,
                     }
                     continue;
                 }

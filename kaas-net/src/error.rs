@@ -24,6 +24,8 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::InvalidRequiredAcks => K::InvalidRequiredAcks,
         CoreError::Storage(_) => K::KafkaStorageError,
         CoreError::CoordinatorNotAvailable => K::CoordinatorNotAvailable,
+        CoreError::NotCoordinator => K::NotCoordinator,
+        CoreError::CoordinatorLoadInProgress => K::CoordinatorLoadInProgress,
         CoreError::InvalidGroupId => K::InvalidGroupId,
         CoreError::InvalidSessionTimeout => K::InvalidSessionTimeout,
         CoreError::InconsistentGroupProtocol => K::InconsistentGroupProtocol,

@@ -1,7 +1,13 @@
-//! The group coordinator actor: every classic consumer group of this broker and their
-//! committed offsets. Membership lives in memory (members rejoin after a restart, as they do
-//! after a coordinator move in Kafka); committed offsets are durable before they are acked, one
-//! atomically replaced file per group under `__cluster/groups/`.
+//! The group coordinator actor: the classic consumer groups this broker owns and their
+//! committed offsets. Membership lives in memory (members rejoin after a restart or a move of
+//! the group to another broker); committed offsets are durable before they are acked, one
+//! atomically replaced file per group and ownership epoch under `__cluster/groups/`.
+//!
+//! In a cluster a group is owned like a partition (`cluster::claims`, key `group_key`): the
+//! coordinator claims a group the membership's view gives it on its first request (or when it
+//! finds its file), loads it from the volume, and answers NOT_COORDINATOR for groups another
+//! broker should own (COORDINATOR_LOAD_IN_PROGRESS while the old owner's claim stands). A write
+//! is acked only if the lease is still valid after it.
 //!
 //! Transactional offsets (KIP-447) are staged per producer id in the same file and made
 //! committed or dropped when the transaction coordinator ends the transaction. A staging is
@@ -18,6 +24,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Duration, Instant};
 
+use crate::cluster::{Claims, ClusterView, Kind, MembershipHandle, group_key};
 use crate::config::BrokerConfig;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
@@ -111,11 +118,41 @@ enum Command {
         group_id: String,
         partitions: Option<Vec<TopicPartition>>,
         require_stable: bool,
-        reply: oneshot::Sender<Vec<FetchedOffset>>,
+        reply: oneshot::Sender<CoreResult<Vec<FetchedOffset>>>,
     },
     Describe(Vec<String>, oneshot::Sender<Vec<GroupDescription>>),
     List(oneshot::Sender<Vec<GroupListing>>),
     Delete(Vec<String>, oneshot::Sender<Vec<(String, CoreResult<()>)>>),
+}
+
+impl Command {
+    /// The group a command is about, if one: the coordinator must own it to answer.
+    fn group_id(&self) -> Option<String> {
+        match self {
+            Command::Join(group_id, ..)
+            | Command::Sync { group_id, .. }
+            | Command::Heartbeat { group_id, .. }
+            | Command::Leave { group_id, .. }
+            | Command::CompleteTxn { group_id, .. }
+            | Command::Fetch { group_id, .. } => Some(group_id.clone()),
+            Command::Commit(request, _) | Command::TxnCommit { request, .. } => Some(request.group_id.clone()),
+            Command::TxnGuard(_) | Command::Describe(..) | Command::List(_) | Command::Delete(..) => None,
+        }
+    }
+
+    /// Answers the command with `error`, without handling it.
+    fn refuse(self, error: CoreError) {
+        match self {
+            Command::Join(_, _, reply) => drop(reply.send(Err(error))),
+            Command::Sync { reply, .. } => drop(reply.send(Err(error))),
+            Command::Heartbeat { reply, .. } => drop(reply.send(Err(error))),
+            Command::Leave { reply, .. } => drop(reply.send(Err(error))),
+            Command::Commit(_, reply) => drop(reply.send(Err(error))),
+            Command::TxnCommit { reply, .. } | Command::CompleteTxn { reply, .. } => drop(reply.send(Err(error))),
+            Command::Fetch { reply, .. } => drop(reply.send(Err(error))),
+            Command::TxnGuard(_) | Command::Describe(..) | Command::List(_) | Command::Delete(..) => {}
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -183,7 +220,7 @@ impl GroupsHandle {
     ) -> CoreResult<Vec<FetchedOffset>> {
         self.ask(|reply| Command::Fetch { group_id, partitions, require_stable, reply })
             .await
-            .ok_or(CoreError::CoordinatorNotAvailable)
+            .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
 
     /// The guard to pass to `txn_commit`: read it before the transaction coordinator verifies
@@ -226,11 +263,21 @@ struct GroupCoordinator<E: Env> {
     /// (group, producer id). Together they are the TxnOffsetCommit guard.
     completions: u64,
     last_completion: BTreeMap<(String, i64), u64>,
+    membership: MembershipHandle,
+    claims: Claims<E::Volume>,
+    /// Groups this broker owns: group id -> (epoch, lease session).
+    held: BTreeMap<String, (u32, u64)>,
+    /// Groups given up whose release could not be written yet.
+    unreleased: BTreeMap<String, u32>,
 }
 
-/// Loads committed offsets and starts the coordinator.
-pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<GroupsHandle> {
-    let offsets = OffsetStore::load(env.volume().clone()).await?;
+/// Starts the coordinator and takes over the groups with offsets that the view gives it.
+pub async fn start<E: Env>(
+    env: &E,
+    config: Arc<BrokerConfig>,
+    membership: MembershipHandle,
+) -> CoreResult<GroupsHandle> {
+    let offsets = OffsetStore::new(env.volume().clone()).await?;
     let mut coordinator = GroupCoordinator {
         env: env.clone(),
         config,
@@ -240,10 +287,12 @@ pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<Gro
         parked_syncs: BTreeMap::new(),
         completions: 0,
         last_completion: BTreeMap::new(),
+        claims: Claims::new(env.volume().clone()),
+        membership,
+        held: BTreeMap::new(),
+        unreleased: BTreeMap::new(),
     };
-    for group_id in coordinator.offsets.group_ids() {
-        coordinator.group_mut(&group_id);
-    }
+    coordinator.reconcile().await;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     env.spawner().spawn("groups", coordinator.run(rx));
     Ok(GroupsHandle { tx })
@@ -255,7 +304,120 @@ impl<E: Env> GroupCoordinator<E> {
         self.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id.to_string(), delay))
     }
 
+    /// Whether this broker may answer for `group_id` now, claiming and loading it first if the
+    /// view gives it the group and it does not hold it yet.
+    async fn acquire(&mut self, group_id: &str) -> CoreResult<()> {
+        let view: Arc<ClusterView> = self.membership.view();
+        let now = self.env.clock().monotonic();
+        let key = group_key(group_id);
+        if !view.should_own(&key, now) {
+            self.give_up(group_id).await;
+            return Err(CoreError::NotCoordinator);
+        }
+        match self.held.get(group_id) {
+            Some(&(_, session)) if session == view.session => return Ok(()),
+            Some(_) => self.give_up(group_id).await,
+            None => {}
+        }
+        let claimed = match self.claims.try_claim(Kind::Group, &key, &view, now).await {
+            Ok(Some(claimed)) => claimed,
+            Ok(None) => return Err(CoreError::CoordinatorLoadInProgress),
+            Err(e) => return Err(CoreError::Storage(e.to_string())),
+        };
+        self.unreleased.remove(group_id);
+        if let Err(e) = self.offsets.acquire(group_id, claimed.epoch).await {
+            // Reported, never guessed at: the group stays unavailable, and the claim ours.
+            tracing::error!(group = group_id, error = ?e, "cannot load the group's offsets");
+            self.offsets.release(group_id);
+            self.held.insert(group_id.to_string(), (claimed.epoch, view.session));
+            self.give_up(group_id).await;
+            return Err(e);
+        }
+        self.groups.remove(group_id);
+        if self.offsets.has_offsets(group_id) {
+            // A group with offsets exists (Empty) whether or not it has members.
+            self.group_mut(group_id);
+        }
+        self.held.insert(group_id.to_string(), (claimed.epoch, view.session));
+        tracing::info!(group = group_id, epoch = claimed.epoch, "took over group");
+        Ok(())
+    }
+
+    /// Forgets a group this broker no longer owns (its members rejoin at the new owner) and
+    /// releases its claim.
+    async fn give_up(&mut self, group_id: &str) {
+        let Some((epoch, _)) = self.held.remove(group_id) else { return };
+        self.offsets.release(group_id);
+        self.groups.remove(group_id);
+        let parked: Vec<(String, String)> = self.parked_joins.keys().filter(|(g, _)| g == group_id).cloned().collect();
+        for k in parked {
+            if let Some(tx) = self.parked_joins.remove(&k) {
+                let _ = tx.send(Err(CoreError::NotCoordinator));
+            }
+        }
+        let parked: Vec<(String, String)> = self.parked_syncs.keys().filter(|(g, _)| g == group_id).cloned().collect();
+        for k in parked {
+            if let Some(tx) = self.parked_syncs.remove(&k) {
+                let _ = tx.send(Err(CoreError::NotCoordinator));
+            }
+        }
+        self.release(group_id.to_string(), epoch).await;
+    }
+
+    async fn release(&mut self, group_id: String, epoch: u32) {
+        match self.claims.release(Kind::Group, &group_key(&group_id), epoch).await {
+            Ok(()) => {
+                self.unreleased.remove(&group_id);
+            }
+            Err(e) => {
+                tracing::warn!(group = %group_id, error = %e, "cannot release a group yet; will retry");
+                self.unreleased.insert(group_id, epoch);
+            }
+        }
+    }
+
+    /// Gives up the groups the view moved away (or that a lapsed lease session held), and takes
+    /// over those with offsets on the volume that it gives this broker.
+    async fn reconcile(&mut self) {
+        for (group_id, epoch) in std::mem::take(&mut self.unreleased) {
+            self.release(group_id, epoch).await;
+        }
+        let view = self.membership.view();
+        let now = self.env.clock().monotonic();
+        let held: Vec<(String, u64)> = self.held.iter().map(|(g, &(_, s))| (g.clone(), s)).collect();
+        for (group_id, session) in held {
+            if !view.should_own(&group_key(&group_id), now) || session != view.session {
+                self.give_up(&group_id).await;
+            }
+        }
+        let listed = match self.offsets.listed().await {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::warn!(error = ?e, "cannot list groups");
+                return;
+            }
+        };
+        for group_id in listed {
+            if !self.held.contains_key(&group_id) && view.should_own(&group_key(&group_id), now) {
+                let _ = self.acquire(&group_id).await;
+            }
+        }
+    }
+
+    /// After a write: the ack may go only if the lease it was made under still holds.
+    async fn verify_lease(&mut self, group_id: &str) -> CoreResult<()> {
+        let view = self.membership.view();
+        let held = self.held.get(group_id).map(|&(_, s)| s);
+        if held == Some(view.session) && view.lease_valid(self.env.clock().monotonic()) {
+            return Ok(());
+        }
+        self.give_up(group_id).await;
+        Err(CoreError::NotCoordinator)
+    }
+
     async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+        let mut cluster = self.membership.subscribe();
+        let mut membership_alive = true;
         loop {
             let deadline = self
                 .groups
@@ -266,12 +428,28 @@ impl<E: Env> GroupCoordinator<E> {
             let command = tokio::select! {
                 biased;
                 command = rx.recv() => command,
+                // The membership actor is gone at shutdown: its view then never changes again.
+                changed = cluster.changed(), if membership_alive => {
+                    match changed {
+                        Ok(()) => {
+                            self.reconcile().await;
+                        }
+                        Err(_) => membership_alive = false,
+                    }
+                    continue;
+                }
                 _ = self.env.clock().sleep_until(deadline) => {
                     self.tick();
                     continue;
                 }
             };
             let Some(command) = command else { return };
+            if let Some(group_id) = command.group_id()
+                && let Err(e) = self.acquire(&group_id).await
+            {
+                command.refuse(e);
+                continue;
+            }
             self.handle(command).await;
         }
     }
@@ -403,7 +581,11 @@ impl<E: Env> GroupCoordinator<E> {
             Command::CompleteTxn { group_id, producer_id, commit, reply } => {
                 self.completions += 1;
                 self.last_completion.insert((group_id.clone(), producer_id), self.completions);
-                let _ = reply.send(self.offsets.complete_txn(&group_id, producer_id, commit).await);
+                let result = match self.offsets.complete_txn(&group_id, producer_id, commit).await {
+                    Ok(()) => self.verify_lease(&group_id).await,
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(result);
             }
             Command::Fetch { group_id, partitions, require_stable, reply } => {
                 let fetched = self.offsets.fetch(&group_id, partitions);
@@ -417,9 +599,13 @@ impl<E: Env> GroupCoordinator<E> {
                         }
                     })
                     .collect();
-                let _ = reply.send(answered);
+                let _ = reply.send(Ok(answered));
             }
             Command::Describe(group_ids, reply) => {
+                for id in &group_ids {
+                    // A group this broker cannot take over is described as having no members.
+                    let _ = self.acquire(id).await;
+                }
                 let _ = reply.send(group_ids.iter().map(|id| self.describe(id)).collect());
             }
             Command::List(reply) => {
@@ -437,7 +623,10 @@ impl<E: Env> GroupCoordinator<E> {
             Command::Delete(group_ids, reply) => {
                 let mut results = Vec::new();
                 for id in group_ids {
-                    let result = self.delete(&id).await;
+                    let result = match self.acquire(&id).await {
+                        Ok(()) => self.delete(&id).await,
+                        Err(e) => Err(e),
+                    };
                     results.push((id, result));
                 }
                 let _ = reply.send(results);
@@ -457,7 +646,8 @@ impl<E: Env> GroupCoordinator<E> {
             self.env.clock().sleep_ms(self.env.rng().below(200)).await;
         }
         let now_ms = self.env.clock().now_ms();
-        self.offsets.commit(&request.group_id, request.offsets, now_ms).await
+        self.offsets.commit(&request.group_id, request.offsets, now_ms).await?;
+        self.verify_lease(&request.group_id).await
     }
 
     async fn txn_commit(&mut self, request: CommitRequest, producer_id: i64, guard: u64) -> CoreResult<()> {
@@ -472,7 +662,8 @@ impl<E: Env> GroupCoordinator<E> {
         let group = self.group_mut(&request.group_id);
         group.check_txn_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
         let now_ms = self.env.clock().now_ms();
-        self.offsets.stage(&request.group_id, producer_id, request.offsets, now_ms).await
+        self.offsets.stage(&request.group_id, producer_id, request.offsets, now_ms).await?;
+        self.verify_lease(&request.group_id).await
     }
 
     fn describe(&self, group_id: &str) -> GroupDescription {

@@ -1,5 +1,9 @@
-//! Committed consumer-group offsets: one file per group, `__cluster/groups/<hex(group)>.json`,
-//! replaced atomically on every commit before the commit is acked, versioned, checked on load.
+//! Committed consumer-group offsets: one file per group and ownership epoch,
+//! `__cluster/groups/<hex(group)>-<epoch>.json` (`<hex(group)>.json` for epoch 0, a broker that
+//! never ran in a cluster), replaced atomically on every commit before the commit is acked,
+//! versioned, checked on load. A new owner loads the newest file of an epoch up to its own and
+//! writes it under its own epoch at once: a paused old owner's late write lands in a file of its
+//! old epoch, which nobody reads any more, and the older files are removed.
 //!
 //! The same file holds the group's pending transactional offsets (TxnOffsetCommit), per
 //! producer id: durable like commits, invisible to OffsetFetch until the producer's transaction
@@ -59,14 +63,28 @@ struct OffsetEntry {
 }
 
 /// Group ids are arbitrary strings; file names are their hex, so any id is a safe name.
-fn file_name(group_id: &str) -> String {
+fn file_name(group_id: &str, epoch: u32) -> String {
     let hex: String = group_id.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("{hex}.json")
+    if epoch == 0 { format!("{hex}.json") } else { format!("{hex}-{epoch}.json") }
 }
 
+/// The group id of an offsets file name, whatever its epoch.
+pub fn parse_file_name(name: &str) -> Option<String> {
+    let stem = name.strip_suffix(".json")?;
+    let hex = stem.split_once('-').map_or(stem, |(hex, _)| hex);
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok()).collect();
+    String::from_utf8(bytes?).ok()
+}
+
+/// The offsets of the groups this broker owns, each under its ownership epoch.
 pub struct OffsetStore<V: Volume> {
     volume: V,
     groups: BTreeMap<String, GroupOffsets>,
+    epochs: BTreeMap<String, u32>,
 }
 
 fn storage(e: impl std::fmt::Display) -> CoreError {
@@ -74,34 +92,70 @@ fn storage(e: impl std::fmt::Display) -> CoreError {
 }
 
 impl<V: Volume> OffsetStore<V> {
-    pub async fn load(volume: V) -> CoreResult<Self> {
+    pub async fn new(volume: V) -> CoreResult<Self> {
         volume.create_dir_all(GROUPS_DIR).await.map_err(storage)?;
-        let mut groups = BTreeMap::new();
-        for name in volume.list(GROUPS_DIR).await.map_err(storage)? {
-            if !name.ends_with(".json") {
-                continue;
-            }
-            let path = join(GROUPS_DIR, &name);
-            let raw = volume.read(&path).await.map_err(storage)?.unwrap_or_default();
-            let file: GroupOffsetsFile = serde_json::from_slice(&raw)
-                .map_err(|e| CoreError::Storage(format!("{path}: unreadable offsets: {e}")))?;
-            if file.format_version != FORMAT_VERSION || file_name(&file.group_id) != name {
-                return Err(CoreError::Storage(format!("{path}: unknown format version or group mismatch")));
-            }
-            let mut offsets = GroupOffsets {
-                committed: file.offsets.into_iter().map(|e| ((e.topic, e.partition), e.committed)).collect(),
-                pending: BTreeMap::new(),
-            };
-            for e in file.pending {
-                offsets.pending.entry(e.producer_id).or_default().insert((e.topic, e.partition), e.committed);
-            }
-            groups.insert(file.group_id, offsets);
-        }
-        Ok(OffsetStore { volume, groups })
+        Ok(OffsetStore { volume, groups: BTreeMap::new(), epochs: BTreeMap::new() })
     }
 
-    pub fn group_ids(&self) -> Vec<String> {
-        self.groups.keys().cloned().collect()
+    /// The ids of every group with an offsets file, from a listing (which may be stale on NFS:
+    /// it only finds groups sooner than their members' requests would).
+    pub async fn listed(&self) -> CoreResult<Vec<String>> {
+        let mut ids: Vec<String> =
+            self.volume.list(GROUPS_DIR).await.map_err(storage)?.iter().filter_map(|n| parse_file_name(n)).collect();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    async fn read_file(&self, group_id: &str, epoch: u32) -> CoreResult<Option<GroupOffsets>> {
+        let path = join(GROUPS_DIR, &file_name(group_id, epoch));
+        let Some(raw) = self.volume.read(&path).await.map_err(storage)? else { return Ok(None) };
+        let file: GroupOffsetsFile =
+            serde_json::from_slice(&raw).map_err(|e| CoreError::Storage(format!("{path}: unreadable offsets: {e}")))?;
+        if file.format_version != FORMAT_VERSION || file.group_id != group_id {
+            return Err(CoreError::Storage(format!("{path}: unknown format version or group mismatch")));
+        }
+        let mut offsets = GroupOffsets {
+            committed: file.offsets.into_iter().map(|e| ((e.topic, e.partition), e.committed)).collect(),
+            pending: BTreeMap::new(),
+        };
+        for e in file.pending {
+            offsets.pending.entry(e.producer_id).or_default().insert((e.topic, e.partition), e.committed);
+        }
+        Ok(Some(offsets))
+    }
+
+    /// Takes the group over under `epoch`: loads the newest file of an epoch up to `epoch`,
+    /// writes it under `epoch` (so a late write of an older owner is never read), and removes
+    /// the older files. An unreadable file is an error, never guessed at.
+    pub async fn acquire(&mut self, group_id: &str, epoch: u32) -> CoreResult<()> {
+        let mut found = None;
+        for e in (0..=epoch).rev() {
+            if let Some(offsets) = self.read_file(group_id, e).await? {
+                found = Some((e, offsets));
+                break;
+            }
+        }
+        let (from, offsets) = found.unwrap_or((0, GroupOffsets::default()));
+        self.epochs.insert(group_id.to_string(), epoch);
+        if from != epoch && (!offsets.committed.is_empty() || !offsets.pending.is_empty()) {
+            self.persist(group_id, &offsets).await?;
+        }
+        for e in (0..epoch).rev() {
+            self.volume.remove_file(&join(GROUPS_DIR, &file_name(group_id, e))).await.map_err(storage)?;
+        }
+        self.groups.insert(group_id.to_string(), offsets);
+        Ok(())
+    }
+
+    /// Forgets a group this broker no longer owns.
+    pub fn release(&mut self, group_id: &str) {
+        self.groups.remove(group_id);
+        self.epochs.remove(group_id);
+    }
+
+    /// Whether the group has offsets (committed or staged).
+    pub fn has_offsets(&self, group_id: &str) -> bool {
+        self.groups.get(group_id).is_some_and(|g| !g.committed.is_empty() || !g.pending.is_empty())
     }
 
     /// Makes the new offsets durable, then visible.
@@ -191,7 +245,9 @@ impl<V: Volume> OffsetStore<V> {
                 .collect(),
         };
         let raw = serde_json::to_vec(&file).expect("serialisable");
-        self.volume.write_atomic(&join(GROUPS_DIR, &file_name(group_id)), Bytes::from(raw)).await.map_err(storage)
+        let epoch = self.epochs.get(group_id).copied().unwrap_or(0);
+        let path = join(GROUPS_DIR, &file_name(group_id, epoch));
+        self.volume.write_atomic(&path, Bytes::from(raw)).await.map_err(storage)
     }
 
     /// The committed offsets of `partitions`, or of every partition the group has committed.
@@ -216,8 +272,9 @@ impl<V: Volume> OffsetStore<V> {
     }
 
     pub async fn delete_group(&mut self, group_id: &str) -> CoreResult<()> {
-        self.volume.remove_file(&join(GROUPS_DIR, &file_name(group_id))).await.map_err(storage)?;
-        self.groups.remove(group_id);
+        let epoch = self.epochs.get(group_id).copied().unwrap_or(0);
+        self.volume.remove_file(&join(GROUPS_DIR, &file_name(group_id, epoch))).await.map_err(storage)?;
+        self.groups.insert(group_id.to_string(), GroupOffsets::default());
         Ok(())
     }
 }

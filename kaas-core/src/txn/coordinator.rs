@@ -23,6 +23,7 @@ use tokio::time::{Duration, Instant};
 
 use super::state::{self, EndOutcome, InitOutcome, Member, TopicPartition, TxnEntry, TxnError, TxnState};
 use super::store::TxnStore;
+use crate::cluster::{MembershipHandle, txn_slot_key};
 use crate::config::BrokerConfig;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
@@ -92,6 +93,32 @@ enum Command {
         entry: TxnEntry,
         result: CoreResult<()>,
     },
+}
+
+impl Command {
+    /// The transactional id a client command is about: its slot must be this broker's.
+    fn transactional_id(&self) -> Option<&str> {
+        match self {
+            Command::InitProducerId { transactional_id, .. }
+            | Command::AddPartitions { transactional_id, .. }
+            | Command::AddOffsets { transactional_id, .. }
+            | Command::EndTxn { transactional_id, .. }
+            | Command::Verify { transactional_id, .. } => Some(transactional_id),
+            Command::Describe(..) | Command::List(_) | Command::Dispatched { .. } => None,
+        }
+    }
+
+    /// Answers the command with `error` after the group's flush, without handling it.
+    fn refuse(self, error: CoreError, after: &mut Vec<After>) {
+        match self {
+            Command::InitProducerId { reply, .. } => after.push(After::Init(reply, Err(error))),
+            Command::AddPartitions { reply, .. }
+            | Command::AddOffsets { reply, .. }
+            | Command::EndTxn { reply, .. }
+            | Command::Verify { reply, .. } => after.push(After::Reply(reply, Err(error))),
+            Command::Describe(..) | Command::List(_) | Command::Dispatched { .. } => {}
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -207,6 +234,10 @@ struct TxnCoordinator<E: Env> {
     next_reap: Instant,
     /// When failed dispatches are tried again, if any failed.
     retry_at: Option<Instant>,
+    membership: MembershipHandle,
+    /// Slots this broker coordinates now, with the lease session it took them in: a slot
+    /// (re)gained is read from its file again first.
+    owned_slots: BTreeMap<u32, u64>,
 }
 
 /// Loads the slot files and starts the coordinator; prepared transactions are finished at once.
@@ -216,6 +247,7 @@ pub async fn start<E: Env>(
     topics: TopicsHandle,
     groups: GroupsHandle,
     producer_ids: ProducerIdsHandle,
+    membership: MembershipHandle,
 ) -> CoreResult<TxnCoordinatorHandle> {
     let store = TxnStore::load(env.volume().clone()).await?;
     // Fences live in memory: after a restart every partition learns every epoch again, before
@@ -236,6 +268,8 @@ pub async fn start<E: Env>(
         waiting: BTreeMap::new(),
         next_reap: env.clock().monotonic() + interval,
         retry_at: Some(env.clock().monotonic()),
+        membership,
+        owned_slots: BTreeMap::new(),
     };
     env.spawner().spawn("txn-coordinator", coordinator.run(rx));
     Ok(TxnCoordinatorHandle { tx })
@@ -339,22 +373,41 @@ impl<E: Env> TxnCoordinator<E> {
         self.retry_at = Some(self.retry_at.map_or(retry, |r| r.min(retry)));
     }
 
-    /// The reaper (on its interval) and the reconcile (then, and after a failed dispatch).
+    /// The reaper (on its interval) and the reconcile (then, and after a failed dispatch). The
+    /// slots the view gives this broker are taken (read from their files) first, so that a
+    /// prepared transaction of a slot gained is finished without waiting for a client.
     async fn tick(&mut self, after: &mut Vec<After>) {
+        for slot in 0..state::SLOTS {
+            if let Err(e) = self.own_slot(slot).await
+                && e != CoreError::NotCoordinator
+            {
+                tracing::warn!(slot, error = ?e, "cannot take over a transaction slot");
+            }
+        }
         let now = self.env.clock().monotonic();
         if now >= self.next_reap {
             self.next_reap = now + Duration::from_millis(self.config.transaction_cleanup_interval_ms);
             self.reap(after);
         }
         self.retry_at = None;
-        let prepared: Vec<TxnEntry> = self.store.iter().filter(|e| e.state.is_prepared()).cloned().collect();
+        let prepared: Vec<TxnEntry> = self
+            .store
+            .iter()
+            .filter(|e| e.state.is_prepared() && self.coordinates(&e.transactional_id))
+            .cloned()
+            .collect();
         after.extend(prepared.into_iter().map(After::Dispatch));
     }
 
     /// Aborts every Ongoing transaction past its timeout, with an epoch bump.
     fn reap(&mut self, after: &mut Vec<After>) {
         let now_ms = self.env.clock().now_ms();
-        let timed_out: Vec<TxnEntry> = self.store.iter().filter_map(|e| state::time_out(e, now_ms)).collect();
+        let timed_out: Vec<TxnEntry> = self
+            .store
+            .iter()
+            .filter(|e| self.coordinates(&e.transactional_id))
+            .filter_map(|e| state::time_out(e, now_ms))
+            .collect();
         for aborting in timed_out {
             tracing::info!(
                 transactional_id = %aborting.transactional_id,
@@ -368,8 +421,39 @@ impl<E: Env> TxnCoordinator<E> {
         }
     }
 
+    /// Whether this broker coordinates `slot` now: the view gives it the slot, and it read the
+    /// slot's file since it last gained it (a peer may have coordinated it meanwhile).
+    async fn own_slot(&mut self, slot: u32) -> CoreResult<()> {
+        let view = self.membership.view();
+        if !view.should_own(&txn_slot_key(slot), self.env.clock().monotonic()) {
+            self.owned_slots.remove(&slot);
+            return Err(CoreError::NotCoordinator);
+        }
+        if self.owned_slots.get(&slot) == Some(&view.session) || self.store.has_staged_in(slot) {
+            return Ok(());
+        }
+        self.store.reload_slot(slot).await?;
+        self.owned_slots.insert(slot, view.session);
+        Ok(())
+    }
+
+    /// Whether the transactional id's slot is this broker's now, by the view alone (for the
+    /// reaper and the reconcile, which must leave other brokers' transactions alone).
+    fn coordinates(&self, transactional_id: &str) -> bool {
+        let slot = state::slot(transactional_id);
+        let view = self.membership.view();
+        self.owned_slots.get(&slot) == Some(&view.session)
+            && view.should_own(&txn_slot_key(slot), self.env.clock().monotonic())
+    }
+
     async fn handle(&mut self, command: Command, after: &mut Vec<After>) {
         let now_ms = self.env.clock().now_ms();
+        if let Some(transactional_id) = command.transactional_id()
+            && let Err(e) = self.own_slot(state::slot(transactional_id)).await
+        {
+            command.refuse(e, after);
+            return;
+        }
         match command {
             Command::InitProducerId { transactional_id, transaction_timeout_ms, expected, reply } => {
                 let result = self.init_producer_id(transactional_id, transaction_timeout_ms, expected, after).await;

@@ -42,29 +42,48 @@ pub struct TxnStore<V: Volume> {
     staged: BTreeMap<String, TxnEntry>,
 }
 
+/// The entries of slot `n` as its file holds them; a damaged file is an error, never guessed at.
+async fn read_slot<V: Volume>(volume: &V, n: u32) -> CoreResult<Vec<TxnEntry>> {
+    let path = path(n);
+    let Some(raw) = volume.read(&path).await.map_err(storage)? else { return Ok(Vec::new()) };
+    let file: SlotFile = serde_json::from_slice(&raw)
+        .map_err(|e| CoreError::Storage(format!("{path}: unreadable transaction state: {e}")))?;
+    if file.format_version != FORMAT_VERSION || file.slot != n {
+        return Err(CoreError::Storage(format!("{path}: unknown format version or slot mismatch")));
+    }
+    if let Some(entry) = file.entries.iter().find(|e| slot(&e.transactional_id) != n) {
+        return Err(CoreError::Storage(format!("{path}: {} belongs to another slot", entry.transactional_id)));
+    }
+    Ok(file.entries)
+}
+
 impl<V: Volume> TxnStore<V> {
     pub async fn load(volume: V) -> CoreResult<Self> {
         volume.create_dir_all(TXN_STATE_DIR).await.map_err(storage)?;
         let mut entries = BTreeMap::new();
         for n in 0..SLOTS {
-            let path = path(n);
-            let Some(raw) = volume.read(&path).await.map_err(storage)? else { continue };
-            let file: SlotFile = serde_json::from_slice(&raw)
-                .map_err(|e| CoreError::Storage(format!("{path}: unreadable transaction state: {e}")))?;
-            if file.format_version != FORMAT_VERSION || file.slot != n {
-                return Err(CoreError::Storage(format!("{path}: unknown format version or slot mismatch")));
-            }
-            for entry in file.entries {
-                if slot(&entry.transactional_id) != n {
-                    return Err(CoreError::Storage(format!(
-                        "{path}: {} belongs to another slot",
-                        entry.transactional_id
-                    )));
-                }
+            for entry in read_slot(&volume, n).await? {
                 entries.insert(entry.transactional_id.clone(), entry);
             }
         }
         Ok(TxnStore { volume, entries, staged: BTreeMap::new() })
+    }
+
+    /// Reads slot `n` from its file again, as a new owner of the slot must: another broker may
+    /// have changed it since. Nothing of the slot may be staged.
+    pub async fn reload_slot(&mut self, n: u32) -> CoreResult<()> {
+        assert!(self.staged.keys().all(|id| slot(id) != n), "a slot is reloaded with nothing staged in it");
+        let fresh = read_slot(&self.volume, n).await?;
+        self.entries.retain(|id, _| slot(id) != n);
+        for entry in fresh {
+            self.entries.insert(entry.transactional_id.clone(), entry);
+        }
+        Ok(())
+    }
+
+    /// Whether anything of slot `n` is staged and not yet flushed.
+    pub fn has_staged_in(&self, n: u32) -> bool {
+        self.staged.keys().any(|id| slot(id) == n)
     }
 
     /// The entry as last staged (durable or about to be).

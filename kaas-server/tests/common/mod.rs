@@ -11,6 +11,11 @@ pub struct Kaas {
     pub port: u16,
     settings: Vec<String>,
     child: Option<Child>,
+    /// `--broker-id`, for brokers of a cluster on one data directory.
+    broker_id: Option<i32>,
+    /// Whether dropping this broker removes the data directory (false for all but one broker
+    /// of a cluster, which share it).
+    owns_data_dir: bool,
 }
 
 fn free_port() -> u16 {
@@ -27,9 +32,38 @@ impl Kaas {
             port: free_port(),
             settings: settings.iter().map(|s| s.to_string()).collect(),
             child: None,
+            broker_id: None,
+            owns_data_dir: true,
         };
         kaas.spawn();
         kaas
+    }
+
+    /// Starts `count` brokers (ids 0..count) on one fresh shared data directory: a cluster.
+    pub fn cluster(name: &str, count: i32, settings: &[&str]) -> Vec<Kaas> {
+        let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        (0..count)
+            .map(|id| {
+                let mut kaas = Kaas {
+                    data_dir: data_dir.clone(),
+                    port: free_port(),
+                    settings: settings.iter().map(|s| s.to_string()).collect(),
+                    child: None,
+                    broker_id: Some(id),
+                    owns_data_dir: id == 0,
+                };
+                kaas.spawn();
+                kaas
+            })
+            .collect()
+    }
+
+    /// Sends `signal` (STOP, CONT, ...) to the broker process.
+    pub fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("running");
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(child.id().to_string()).status().expect("kill");
+        assert!(status.success());
     }
 
     pub fn bootstrap(&self) -> String {
@@ -60,6 +94,9 @@ impl Kaas {
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
         for s in &self.settings {
             cmd.arg("--set").arg(s);
+        }
+        if let Some(id) = self.broker_id {
+            cmd.arg("--broker-id").arg(id.to_string());
         }
         let mut child = cmd.spawn().expect("start kaas");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -113,6 +150,8 @@ impl Kaas {
 impl Drop for Kaas {
     fn drop(&mut self) {
         self.kill9();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        if self.owns_data_dir {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
     }
 }
