@@ -22,3 +22,5 @@ echo "== cargo test: the simulator (sim profile)"
 cargo test --profile sim -p kaas-sim -p kaas-core -- --test-threads=2
 echo "== client scripts"
 bash ci/clients.sh
+echo "== Kubernetes manifests (schema validation)"
+bash ci/deploy.sh
