@@ -64,10 +64,13 @@ pub enum Mutant {
     /// A fenced producer is answered CONCURRENT_TRANSACTIONS (retriable) instead of
     /// PRODUCER_FENCED (fatal), so it retries instead of stopping.
     FencedAnsweredRetriable,
+    /// A partition owner writes and acks without checking that its lease still holds (before
+    /// the write and after the fsync): a paused owner that wakes up past its lease goes on.
+    AckWithoutLeaseCheck,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 21] = [
+    pub const ALL: [Mutant; 22] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -89,6 +92,7 @@ impl Mutant {
         Mutant::RecreateKeepsStalePartitions,
         Mutant::FetchIgnoresIsolation,
         Mutant::FencedAnsweredRetriable,
+        Mutant::AckWithoutLeaseCheck,
     ];
 
     pub fn name(self) -> &'static str {
@@ -114,6 +118,7 @@ impl Mutant {
             Mutant::RecreateKeepsStalePartitions => "recreate-keeps-stale-partitions",
             Mutant::FetchIgnoresIsolation => "fetch-ignores-isolation",
             Mutant::FencedAnsweredRetriable => "fenced-answered-retriable",
+            Mutant::AckWithoutLeaseCheck => "ack-without-lease-check",
         }
     }
 

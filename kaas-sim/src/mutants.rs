@@ -83,6 +83,11 @@ pub const SPECS: &[MutantSpec] = &[
         scenarios: &["txn-crash", "txn-zombie"],
     },
     MutantSpec { mutant: Mutant::FencedAnsweredRetriable, catches: &["wrong-error"], scenarios: &["txn-zombie"] },
+    MutantSpec {
+        mutant: Mutant::AckWithoutLeaseCheck,
+        catches: &["lost-write", "two-writers", "duplicate", "assertion"],
+        scenarios: &["cluster-zombie"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {
