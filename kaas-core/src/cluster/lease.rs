@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::env::join;
 
 pub const BROKERS_DIR: &str = "__cluster/brokers";
-const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseFile {

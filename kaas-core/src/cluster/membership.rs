@@ -333,16 +333,7 @@ impl<E: Env> Membership<E> {
             self.renewal = 0;
             tracing::warn!(session = self.session, "the broker's lease lapsed; starting a new lease session");
         }
-        let next = LeaseFile {
-            format_version: 1,
-            broker_id: self.config.broker_id,
-            host: self.config.advertised_host.clone(),
-            port: self.config.advertised_port,
-            incarnation: self.incarnation,
-            session: self.session,
-            renewal: self.renewal + 1,
-            leaving: false,
-        };
+        let next = self.next_lease(false);
         match self.env.volume().write_atomic(&path, next.encode()).await {
             Ok(()) => {
                 self.renewal += 1;
@@ -401,17 +392,22 @@ impl<E: Env> Membership<E> {
         }
     }
 
-    async fn write_leaving(&mut self) {
-        let lease = LeaseFile {
-            format_version: 1,
+    /// This broker's lease as its next write: the renewal after the last one.
+    fn next_lease(&self, leaving: bool) -> LeaseFile {
+        LeaseFile {
+            format_version: lease::FORMAT_VERSION,
             broker_id: self.config.broker_id,
             host: self.config.advertised_host.clone(),
             port: self.config.advertised_port,
             incarnation: self.incarnation,
             session: self.session,
             renewal: self.renewal + 1,
-            leaving: true,
-        };
+            leaving,
+        }
+    }
+
+    async fn write_leaving(&mut self) {
+        let lease = self.next_lease(true);
         if let Err(e) = self.env.volume().write_atomic(&lease::path(self.config.broker_id), lease.encode()).await {
             tracing::warn!(error = %e, "cannot mark the lease as leaving; peers will wait for it to run out");
         }
