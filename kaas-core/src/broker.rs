@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::cluster::PeersHandle;
 use crate::cluster::membership::{self, MembershipHandle};
 use crate::config::BrokerConfig;
 use crate::env::Env;
@@ -21,6 +22,8 @@ pub struct Broker<E: Env> {
     pub producer_ids: ProducerIdsHandle,
     pub txn: TxnCoordinatorHandle,
     pub membership: MembershipHandle,
+    /// Calls to peer brokers, sent by the wire client a server attaches.
+    pub peers: PeersHandle,
 }
 
 impl<E: Env> Broker<E> {
@@ -31,6 +34,7 @@ impl<E: Env> Broker<E> {
         let topics = topics::start(&env, config.clone(), membership.clone()).await?;
         let groups = group::start(&env, config.clone(), membership.clone()).await?;
         let producer_ids = ids::start(&env, config.broker_id).await?;
+        let peers = PeersHandle::default();
         let txn = coordinator::start(
             &env,
             config.clone(),
@@ -38,9 +42,10 @@ impl<E: Env> Broker<E> {
             groups.clone(),
             producer_ids.clone(),
             membership.clone(),
+            peers.clone(),
         )
         .await?;
-        Ok(Broker { env, config, topics, groups, producer_ids, txn, membership })
+        Ok(Broker { env, config, topics, groups, producer_ids, txn, membership, peers })
     }
 
     /// Whether this broker holds a valid lease now: what it owns it may still answer for.

@@ -70,3 +70,28 @@ pub fn code_of<T>(result: &Result<T, CoreError>) -> i16 {
         Err(e) => code(e),
     }
 }
+
+/// What a peer broker's error code means here: the inverse of `code` for the answers a peer
+/// gives to markers and verification. A code this broker cannot place is taken as "not now",
+/// which the caller retries.
+pub fn from_code(code: i16) -> Result<(), CoreError> {
+    if code == 0 {
+        return Ok(());
+    }
+    let known = [
+        CoreError::UnknownTopicOrPartition,
+        CoreError::NotLeaderOrFollower,
+        CoreError::InvalidProducerEpoch,
+        CoreError::CoordinatorNotAvailable,
+        CoreError::NotCoordinator,
+        CoreError::CoordinatorLoadInProgress,
+        CoreError::InvalidProducerIdMapping,
+        CoreError::ProducerFenced,
+        CoreError::ConcurrentTransactions,
+        CoreError::InvalidTxnState,
+        CoreError::TransactionalIdNotFound,
+        CoreError::UnknownProducerId,
+        CoreError::NotEnoughReplicas,
+    ];
+    Err(known.into_iter().find(|e| self::code(e) == code).unwrap_or(CoreError::CoordinatorNotAvailable))
+}

@@ -6,6 +6,7 @@ pub mod api;
 pub mod connection;
 pub mod error;
 pub mod frame;
+pub mod peers;
 pub mod server;
 
 pub use server::{Server, ShutdownSignal};

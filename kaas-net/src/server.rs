@@ -31,6 +31,11 @@ impl<E: Env> Server<E> {
     /// Accepts until `shutdown` turns true, then waits (a bounded time) for every connection
     /// to answer the requests it has read and close.
     pub async fn run(self, mut shutdown: ShutdownSignal) {
+        if let Some(calls) = self.broker.peers.attach() {
+            let env = self.broker.env.clone();
+            let peers = crate::peers::serve(env, self.broker.config.broker_id, calls, shutdown.clone());
+            self.broker.env.spawner().spawn("peers", peers);
+        }
         let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));
         let mut backoff_ms = 1;
         loop {

@@ -274,6 +274,31 @@ fn copier(bootstrap: &str, abandon_at: usize) -> Result<Ended, KafkaError> {
 async fn a_copier_killed_mid_stream_with_the_broker_copies_each_input_exactly_once() {
     let kaas = Kaas::start("txn-copier", &[]);
     let bootstrap = kaas.bootstrap();
+    copy_while_restarting(vec![kaas], bootstrap, Duration::from_millis(1000)).await;
+}
+
+/// Short leases, so that a broker's things move within seconds of its death.
+const CLUSTER_SETTINGS: &[&str] = &[
+    "broker.session.timeout.ms=3000",
+    "broker.heartbeat.interval.ms=500",
+    "broker.lease.drift.margin.ms=500",
+    "broker.ownership.settle.ms=1000",
+];
+
+/// The copier against three brokers on one volume: the transaction coordinator, the group and
+/// the partitions of `in` and `out` are spread over them by ownership, so markers and
+/// verification cross brokers, and brokers are killed and restarted one after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copier_across_three_brokers_copies_each_input_exactly_once_while_brokers_are_killed() {
+    let brokers = Kaas::cluster("txn-cluster", 3, CLUSTER_SETTINGS);
+    let bootstrap = brokers.iter().map(Kaas::bootstrap).collect::<Vec<_>>().join(",");
+    copy_while_restarting(brokers, bootstrap, Duration::from_millis(5000)).await;
+}
+
+/// Copies `INPUTS` records with copier instances (four abandon a transaction) while the
+/// brokers are SIGKILLed and restarted in turn every `every`, then checks the read_committed
+/// output: each input exactly once, in input order.
+async fn copy_while_restarting(brokers: Vec<Kaas>, bootstrap: String, every: Duration) {
     create_topic(&bootstrap, "in", IN_PARTITIONS).await;
     create_topic(&bootstrap, "out", IN_PARTITIONS).await;
     let input: ThreadedProducer<DefaultProducerContext> =
@@ -285,15 +310,17 @@ async fn a_copier_killed_mid_stream_with_the_broker_copies_each_input_exactly_on
     input.flush(T).unwrap();
     drop(input);
 
-    let kaas = std::sync::Arc::new(std::sync::Mutex::new(kaas));
+    let brokers = std::sync::Arc::new(std::sync::Mutex::new(brokers));
     let copying = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let killer = {
-        let (kaas, copying) = (kaas.clone(), copying.clone());
+        let (brokers, copying) = (brokers.clone(), copying.clone());
         std::thread::spawn(move || {
             let mut kills = 0;
             while kills < 4 && copying.load(std::sync::atomic::Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(1000));
-                kaas.lock().unwrap().restart();
+                std::thread::sleep(every);
+                let mut brokers = brokers.lock().unwrap();
+                let count = brokers.len();
+                brokers[kills % count].restart();
                 kills += 1;
             }
             kills

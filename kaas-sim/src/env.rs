@@ -268,6 +268,10 @@ impl Net for SimNet {
         let listener = turmoil::net::TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)).await?;
         Ok(SimListener(listener))
     }
+
+    async fn connect(&self, host: &str, port: u16) -> std::io::Result<turmoil::net::TcpStream> {
+        turmoil::net::TcpStream::connect((host, port)).await
+    }
 }
 
 #[derive(Clone)]

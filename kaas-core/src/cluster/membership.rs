@@ -112,6 +112,14 @@ impl ClusterView {
         owner_among(&self.owners(), key)
     }
 
+    /// The endpoint of the peer that should own `key`; `None` when that is this broker, or no
+    /// broker is live (then this one answers, and refuses what it does not own).
+    pub fn peer_owning(&self, key: &str) -> Option<super::Endpoint> {
+        let owner = self.owner_of(key).filter(|&o| o != self.me)?;
+        let peer = self.live.get(&owner)?;
+        Some(super::Endpoint { broker_id: owner, host: peer.host.clone(), port: peer.port })
+    }
+
     /// Whether this broker should own `key` now, and may: its lease is valid.
     pub fn should_own(&self, key: &str, now: Instant) -> bool {
         self.lease_valid(now) && self.owner_of(key) == Some(self.me)

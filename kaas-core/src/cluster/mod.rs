@@ -5,13 +5,17 @@
 //!   `ClusterView`: the live set, this broker's own lease validity, and ownership by rendezvous
 //!   hash. One broker alone is a cluster of one: it owns everything.
 //! - `claims`: ownership epochs, claimed by exclusive create once the old holder is gone.
+//! - `peers`: what this broker asks of its peers (markers, KIP-890 verification), for the wire
+//!   client in kaas-net to send.
 
 pub mod claims;
 pub mod lease;
 pub mod membership;
+pub mod peers;
 
 pub use claims::{Claimed, Claims, Kind};
 pub use membership::{ClusterView, MembershipHandle, Peer};
+pub use peers::{Endpoint, PeersHandle};
 
 /// The ownership key of a partition: its directory name, `<topic>-<partition>`.
 pub fn partition_key(topic: &str, partition: i32) -> String {

@@ -1,5 +1,5 @@
-//! The network seam: a listener that yields byte streams. tokio::net in production,
-//! turmoil::net in the simulator.
+//! The network seam: a listener that yields byte streams, and outgoing connections to peer
+//! brokers. tokio::net in production, turmoil::net in the simulator.
 
 use std::future::Future;
 use std::io;
@@ -17,4 +17,10 @@ pub trait Listener: Send + Sync + 'static {
 pub trait Net: Clone + Send + Sync + 'static {
     type Listener: Listener;
     fn bind(&self, addr: &str) -> impl Future<Output = io::Result<Self::Listener>> + Send;
+    /// A connection to a peer broker's advertised endpoint.
+    fn connect(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> impl Future<Output = io::Result<<Self::Listener as Listener>::Stream>> + Send;
 }

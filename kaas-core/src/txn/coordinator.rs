@@ -23,7 +23,8 @@ use tokio::time::{Duration, Instant};
 
 use super::state::{self, EndOutcome, InitOutcome, Member, TopicPartition, TxnEntry, TxnError, TxnState};
 use super::store::TxnStore;
-use crate::cluster::{MembershipHandle, txn_slot_key};
+use crate::cluster::peers::{self, Endpoint, PeersHandle};
+use crate::cluster::{Claims, Kind, MembershipHandle, group_key, partition_key, txn_slot_key};
 use crate::config::BrokerConfig;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
@@ -45,7 +46,7 @@ pub const CRASH_POINTS: [&str; 5] =
     ["txn.before_prepare", "txn.after_prepare", "txn.between_markers", "txn.before_complete", "txn.after_complete"];
 
 /// What a transactional write must belong to, for `verify`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxnMember {
     Partition(TopicPartition),
     Group(String),
@@ -235,9 +236,11 @@ struct TxnCoordinator<E: Env> {
     /// When failed dispatches are tried again, if any failed.
     retry_at: Option<Instant>,
     membership: MembershipHandle,
-    /// Slots this broker coordinates now, with the lease session it took them in: a slot
-    /// (re)gained is read from its file again first.
-    owned_slots: BTreeMap<u32, u64>,
+    peers: PeersHandle,
+    /// Slots this broker coordinates now: the ownership epoch it claimed each under and the
+    /// lease session it claimed it in. A slot (re)gained is claimed anew and read again.
+    owned_slots: BTreeMap<u32, (u32, u64)>,
+    claims: Claims<E::Volume>,
 }
 
 /// Loads the slot files and starts the coordinator; prepared transactions are finished at once.
@@ -248,8 +251,16 @@ pub async fn start<E: Env>(
     groups: GroupsHandle,
     producer_ids: ProducerIdsHandle,
     membership: MembershipHandle,
+    peers: PeersHandle,
 ) -> CoreResult<TxnCoordinatorHandle> {
-    let store = TxnStore::load(env.volume().clone()).await?;
+    let mut claims = Claims::new(env.volume().clone());
+    let mut slot_epochs = BTreeMap::new();
+    for slot in 0..state::SLOTS {
+        let current = claims.current(Kind::TxnSlot, &txn_slot_key(slot)).await;
+        let current = current.map_err(|e| CoreError::Storage(format!("transaction slot {slot}: {e}")))?;
+        slot_epochs.insert(slot, current.map_or(0, |c| c.epoch));
+    }
+    let store = TxnStore::load(env.volume().clone(), &slot_epochs).await?;
     // Fences live in memory: after a restart every partition learns every epoch again, before
     // the broker serves anyone.
     let epochs: BTreeMap<i64, i16> = store.iter().map(|e| (e.producer_id, e.producer_epoch)).collect();
@@ -269,7 +280,9 @@ pub async fn start<E: Env>(
         next_reap: env.clock().monotonic() + interval,
         retry_at: Some(env.clock().monotonic()),
         membership,
+        peers,
         owned_slots: BTreeMap::new(),
+        claims,
     };
     env.spawner().spawn("txn-coordinator", coordinator.run(rx));
     Ok(TxnCoordinatorHandle { tx })
@@ -327,7 +340,12 @@ impl<E: Env> TxnCoordinator<E> {
         if preparing && crate::crash_point!("txn.before_prepare") {
             crate::park_for_crash().await;
         }
-        let flushed = self.store.flush(self.env.spawner()).await;
+        let mut flushed = self.store.flush(self.env.spawner()).await;
+        // Write, then verify: answered only if the lease held past the write. Otherwise a peer
+        // may own the slots by now, and finishes what was written.
+        if flushed.is_ok() && !self.membership.view().lease_valid(self.env.clock().monotonic()) {
+            flushed = Err(CoreError::NotCoordinator);
+        }
         if flushed.is_ok() && preparing && crate::crash_point!("txn.after_prepare") {
             crate::park_for_crash().await;
         }
@@ -379,7 +397,7 @@ impl<E: Env> TxnCoordinator<E> {
     async fn tick(&mut self, after: &mut Vec<After>) {
         for slot in 0..state::SLOTS {
             if let Err(e) = self.own_slot(slot).await
-                && e != CoreError::NotCoordinator
+                && !matches!(e, CoreError::NotCoordinator | CoreError::CoordinatorLoadInProgress)
             {
                 tracing::warn!(slot, error = ?e, "cannot take over a transaction slot");
             }
@@ -421,20 +439,54 @@ impl<E: Env> TxnCoordinator<E> {
         }
     }
 
-    /// Whether this broker coordinates `slot` now: the view gives it the slot, and it read the
-    /// slot's file since it last gained it (a peer may have coordinated it meanwhile).
+    /// Whether this broker coordinates `slot` now: the view gives it the slot, and it claimed
+    /// the slot's next epoch and read its file since it last gained it (a peer may have
+    /// coordinated it meanwhile).
     async fn own_slot(&mut self, slot: u32) -> CoreResult<()> {
         let view = self.membership.view();
-        if !view.should_own(&txn_slot_key(slot), self.env.clock().monotonic()) {
-            self.owned_slots.remove(&slot);
+        let now = self.env.clock().monotonic();
+        let key = txn_slot_key(slot);
+        if !view.should_own(&key, now) {
+            self.give_up_slot(slot).await;
             return Err(CoreError::NotCoordinator);
         }
-        if self.owned_slots.get(&slot) == Some(&view.session) || self.store.has_staged_in(slot) {
-            return Ok(());
+        match self.owned_slots.get(&slot) {
+            Some(&(_, session)) if session == view.session => return Ok(()),
+            Some(_) => self.give_up_slot(slot).await,
+            None => {}
         }
-        self.store.reload_slot(slot).await?;
-        self.owned_slots.insert(slot, view.session);
+        let claimed = match self.claims.try_claim(Kind::TxnSlot, &key, &view, now).await {
+            Ok(Some(claimed)) => claimed,
+            // The previous coordinator has not let go yet, nor is it gone for sure.
+            Ok(None) => return Err(CoreError::CoordinatorLoadInProgress),
+            Err(e) => return Err(CoreError::Storage(format!("transaction slot {slot}: {e}"))),
+        };
+        if let Err(e) = self.store.take_slot(slot, claimed.epoch).await {
+            tracing::error!(slot, error = ?e, "cannot read a transaction slot taken over");
+            self.owned_slots.insert(slot, (claimed.epoch, view.session));
+            self.give_up_slot(slot).await;
+            return Err(e);
+        }
+        tracing::info!(slot, epoch = claimed.epoch, "took over transaction slot");
+        self.owned_slots.insert(slot, (claimed.epoch, view.session));
         Ok(())
+    }
+
+    /// Stops coordinating `slot`: what is staged in it is dropped (its next owner finishes it),
+    /// waiting EndTxns are told to look again, and the claim is released.
+    async fn give_up_slot(&mut self, slot: u32) {
+        let Some((epoch, _)) = self.owned_slots.remove(&slot) else { return };
+        self.store.give_up_slot(slot);
+        let moved: Vec<String> = self.waiting.keys().filter(|id| state::slot(id) == slot).cloned().collect();
+        for id in moved {
+            for reply in self.waiting.remove(&id).unwrap_or_default() {
+                let _ = reply.send(Err(CoreError::NotCoordinator));
+            }
+        }
+        if let Err(e) = self.claims.release(Kind::TxnSlot, &txn_slot_key(slot), epoch).await {
+            // Harmless: the next owner waits for this broker's lease instead.
+            tracing::warn!(slot, error = %e, "cannot release a transaction slot");
+        }
     }
 
     /// Whether the transactional id's slot is this broker's now, by the view alone (for the
@@ -442,7 +494,7 @@ impl<E: Env> TxnCoordinator<E> {
     fn coordinates(&self, transactional_id: &str) -> bool {
         let slot = state::slot(transactional_id);
         let view = self.membership.view();
-        self.owned_slots.get(&slot) == Some(&view.session)
+        self.owned_slots.get(&slot).is_some_and(|&(_, session)| session == view.session)
             && view.should_own(&txn_slot_key(slot), self.env.clock().monotonic())
     }
 
@@ -595,7 +647,13 @@ impl<E: Env> TxnCoordinator<E> {
         assert!(entry.state.is_prepared(), "only a prepared transaction owes markers");
         let Some(me) = self.me.upgrade() else { return };
         self.dispatching.insert(entry.transactional_id.clone(), ());
-        let (env, topics, groups) = (self.env.clone(), self.topics.clone(), self.groups.clone());
+        let env = self.env.clone();
+        let to = Markers {
+            topics: self.topics.clone(),
+            groups: self.groups.clone(),
+            membership: self.membership.clone(),
+            peers: self.peers.clone(),
+        };
         self.env.spawner().spawn("txn-dispatch", async move {
             if crate::buggify!("txn.slow_dispatch") {
                 // Widens the window between a durable prepare and its markers.
@@ -604,7 +662,7 @@ impl<E: Env> TxnCoordinator<E> {
             let result = if crate::buggify!("txn.dispatch_fails") {
                 Err(CoreError::Storage("injected dispatch failure".into()))
             } else {
-                write_markers(&topics, &groups, &entry).await
+                write_markers(&to, &entry).await
             };
             let _ = me.send(Command::Dispatched { entry, result }).await;
         });
@@ -650,33 +708,87 @@ async fn fence_everywhere(topics: &TopicsHandle, epochs: Arc<BTreeMap<i64, i16>>
     }
 }
 
-/// Writes the markers of a prepared transaction into every partition it touched and waits
-/// until each is durable, then ends the staged offsets of its groups.
-async fn write_markers(topics: &TopicsHandle, groups: &GroupsHandle, entry: &TxnEntry) -> CoreResult<()> {
+/// Writes the markers of a prepared transaction into every partition it touched and ends the
+/// staged offsets of its groups, here for what this broker owns and by WriteTxnMarkers to the
+/// owner of the rest, and waits until every one is durable.
+async fn write_markers(to: &Markers, entry: &TxnEntry) -> CoreResult<()> {
     let commit = entry.state == TxnState::PrepareCommit;
     let marker = if commit { Marker::Commit } else { Marker::Abort };
-    let snapshot = topics.snapshot();
-    let mut pending = Vec::new();
+    let snapshot = to.topics.snapshot();
+    let view = to.membership.view();
+    let mut local = Vec::new();
+    let mut remote: BTreeMap<Endpoint, Vec<TxnMember>> = BTreeMap::new();
     for (topic, index) in &entry.partitions {
         // A partition deleted since owes nothing.
-        if let Some(partition) = snapshot.partition(topic, *index) {
-            let queued = partition.queue_marker(entry.producer_id, entry.producer_epoch, marker, COORDINATOR_EPOCH);
-            pending.push(queued.await);
+        let Some(partition) = snapshot.partition(topic, *index) else { continue };
+        match view.peer_owning(&partition_key(topic, *index)) {
+            Some(peer) => remote.entry(peer).or_default().push(TxnMember::Partition((topic.clone(), *index))),
+            None => local
+                .push(partition.queue_marker(entry.producer_id, entry.producer_epoch, marker, COORDINATOR_EPOCH).await),
         }
     }
+    let mut local_groups = Vec::new();
+    for group_id in &entry.groups {
+        match view.peer_owning(&group_key(group_id)) {
+            Some(peer) => remote.entry(peer).or_default().push(TxnMember::Group(group_id.clone())),
+            None => local_groups.push(group_id),
+        }
+    }
+    let mut asked = Vec::new();
+    for (peer, members) in remote {
+        let markers = peers::Markers {
+            producer_id: entry.producer_id,
+            producer_epoch: entry.producer_epoch,
+            commit,
+            coordinator_epoch: COORDINATOR_EPOCH,
+            members: members.clone(),
+        };
+        asked.push((peer.clone(), members, to.peers.queue_markers(peer, markers).await));
+    }
     if !crate::mutant!(CompleteBeforeMarkersDurable) {
-        for (i, written) in pending.into_iter().enumerate() {
+        let markers = local.len() + asked.iter().map(|(_, m, _)| m.len()).sum::<usize>();
+        let mut durable = 0;
+        let mut first_durable = || {
+            durable += 1;
+            durable == 1 && markers > 1 && crate::crash_point!("txn.between_markers")
+        };
+        for written in local {
             written.await.unwrap_or_else(|_| Err(CoreError::Storage("partition stopped".into())))?;
-            if i == 0 && entry.partitions.len() > 1 && crate::crash_point!("txn.between_markers") {
+            if first_durable() {
                 crate::park_for_crash().await;
             }
         }
+        for (peer, members, answer) in asked {
+            let answers = answer.await.unwrap_or_default();
+            for member in members {
+                match answers.iter().find(|(m, _)| *m == member) {
+                    Some((_, Ok(()))) => {}
+                    Some((_, Err(e))) => {
+                        tracing::debug!(broker = peer.broker_id, ?member, error = %e, "marker refused by its owner");
+                        return Err(e.clone());
+                    }
+                    None => return Err(CoreError::CoordinatorNotAvailable),
+                }
+                if first_durable() {
+                    crate::park_for_crash().await;
+                }
+            }
+        }
     }
-    for group_id in &entry.groups {
-        groups.complete_txn(group_id.clone(), entry.producer_id, commit).await?;
+    for group_id in local_groups {
+        to.groups.complete_txn(group_id.clone(), entry.producer_id, commit).await?;
     }
     if crate::crash_point!("txn.before_complete") {
         crate::park_for_crash().await;
     }
     Ok(())
+}
+
+/// Where a dispatch task sends a transaction's markers.
+#[derive(Clone)]
+struct Markers {
+    topics: TopicsHandle,
+    groups: GroupsHandle,
+    membership: MembershipHandle,
+    peers: PeersHandle,
 }

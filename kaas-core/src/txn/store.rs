@@ -1,9 +1,12 @@
-//! The durable home of transaction state: 50 slot files, `__cluster/txn_state/slot-<n>.json`,
-//! each holding every transactional id that hashes to it (`state::slot`). Mutations are staged,
-//! then `flush` replaces each changed slot's file atomically, once for all the mutations staged
-//! since (group commit); nothing is acknowledged before that. A restart reads the files and
-//! replays nothing. A file that is torn, of an unknown format version, or holding an id of
-//! another slot stops the load with a storage error naming it.
+//! The durable home of transaction state: 50 slot files, each holding every transactional id
+//! that hashes to it (`state::slot`). A slot's file is named by the ownership epoch its
+//! coordinator claimed it under, `__cluster/txn_state/slot-<n>-<epoch>.json` (`slot-<n>.json`
+//! for epoch 0, a broker of before cluster mode): a new owner reads the newest file up to its
+//! epoch and writes it under its own at once, so a paused former owner's late write lands in a
+//! file nobody reads. Mutations are staged, then `flush` replaces each changed slot's file
+//! atomically, once for all the mutations staged since (group commit); nothing is
+//! acknowledged before that. A file that is torn, of an unknown format version, or holding an
+//! id of another slot is a storage error naming it, never guessed at.
 
 use std::collections::BTreeMap;
 
@@ -26,8 +29,12 @@ struct SlotFile {
     entries: Vec<TxnEntry>,
 }
 
-fn path(slot: u32) -> String {
-    join(TXN_STATE_DIR, &format!("slot-{slot}.json"))
+fn path(slot: u32, epoch: u32) -> String {
+    if epoch == 0 {
+        join(TXN_STATE_DIR, &format!("slot-{slot}.json"))
+    } else {
+        join(TXN_STATE_DIR, &format!("slot-{slot}-{epoch}.json"))
+    }
 }
 
 fn storage(e: impl std::fmt::Display) -> CoreError {
@@ -40,12 +47,24 @@ pub struct TxnStore<V: Volume> {
     entries: BTreeMap<String, TxnEntry>,
     /// Staged since the last flush: what the coordinator sees, not yet durable.
     staged: BTreeMap<String, TxnEntry>,
+    /// The epoch each slot this broker owns is written under; a slot not here is not written.
+    epochs: BTreeMap<u32, u32>,
 }
 
-/// The entries of slot `n` as its file holds them; a damaged file is an error, never guessed at.
-async fn read_slot<V: Volume>(volume: &V, n: u32) -> CoreResult<Vec<TxnEntry>> {
-    let path = path(n);
-    let Some(raw) = volume.read(&path).await.map_err(storage)? else { return Ok(Vec::new()) };
+/// The entries of slot `n` in its newest file of an epoch up to `epoch`, and that file's epoch
+/// (`None`: no file, an empty slot). A damaged file is an error, never guessed at.
+async fn read_slot<V: Volume>(volume: &V, n: u32, epoch: u32) -> CoreResult<Option<(u32, Vec<TxnEntry>)>> {
+    for e in (0..=epoch).rev() {
+        if let Some(entries) = read_slot_file(volume, n, e).await? {
+            return Ok(Some((e, entries)));
+        }
+    }
+    Ok(None)
+}
+
+async fn read_slot_file<V: Volume>(volume: &V, n: u32, epoch: u32) -> CoreResult<Option<Vec<TxnEntry>>> {
+    let path = path(n, epoch);
+    let Some(raw) = volume.read(&path).await.map_err(storage)? else { return Ok(None) };
     let file: SlotFile = serde_json::from_slice(&raw)
         .map_err(|e| CoreError::Storage(format!("{path}: unreadable transaction state: {e}")))?;
     if file.format_version != FORMAT_VERSION || file.slot != n {
@@ -54,31 +73,49 @@ async fn read_slot<V: Volume>(volume: &V, n: u32) -> CoreResult<Vec<TxnEntry>> {
     if let Some(entry) = file.entries.iter().find(|e| slot(&e.transactional_id) != n) {
         return Err(CoreError::Storage(format!("{path}: {} belongs to another slot", entry.transactional_id)));
     }
-    Ok(file.entries)
+    Ok(Some(file.entries))
 }
 
 impl<V: Volume> TxnStore<V> {
-    pub async fn load(volume: V) -> CoreResult<Self> {
+    /// Reads every slot as its current owner last wrote it, `epochs` giving each slot's
+    /// current ownership epoch: what the fences of a starting broker are made of. This broker
+    /// owns none of them until it takes one (`take_slot`).
+    pub async fn load(volume: V, epochs: &BTreeMap<u32, u32>) -> CoreResult<Self> {
         volume.create_dir_all(TXN_STATE_DIR).await.map_err(storage)?;
         let mut entries = BTreeMap::new();
         for n in 0..SLOTS {
-            for entry in read_slot(&volume, n).await? {
+            let epoch = epochs.get(&n).copied().unwrap_or(0);
+            for entry in read_slot(&volume, n, epoch).await?.map(|(_, e)| e).unwrap_or_default() {
                 entries.insert(entry.transactional_id.clone(), entry);
             }
         }
-        Ok(TxnStore { volume, entries, staged: BTreeMap::new() })
+        Ok(TxnStore { volume, entries, staged: BTreeMap::new(), epochs: BTreeMap::new() })
     }
 
-    /// Reads slot `n` from its file again, as a new owner of the slot must: another broker may
-    /// have changed it since. Nothing of the slot may be staged.
-    pub async fn reload_slot(&mut self, n: u32) -> CoreResult<()> {
-        assert!(self.staged.keys().all(|id| slot(id) != n), "a slot is reloaded with nothing staged in it");
-        let fresh = read_slot(&self.volume, n).await?;
+    /// Takes slot `n` over under `epoch`, as a new owner must: reads its newest file (another
+    /// broker may have changed it), writes it under `epoch` and removes the files it read and
+    /// skipped. Nothing of the slot may be staged.
+    pub async fn take_slot(&mut self, n: u32, epoch: u32) -> CoreResult<()> {
+        assert!(self.staged.keys().all(|id| slot(id) != n), "a slot is taken with nothing staged in it");
+        let (from, fresh) = read_slot(&self.volume, n, epoch).await?.unwrap_or((0, Vec::new()));
+        if from != epoch || epoch == 0 {
+            write_slot(&self.volume, n, epoch, fresh.clone()).await?;
+        }
+        for e in from..epoch {
+            self.volume.remove_file(&path(n, e)).await.map_err(storage)?;
+        }
         self.entries.retain(|id, _| slot(id) != n);
         for entry in fresh {
             self.entries.insert(entry.transactional_id.clone(), entry);
         }
+        self.epochs.insert(n, epoch);
         Ok(())
+    }
+
+    /// Gives slot `n` up: its entries stay readable (for fences), and nothing of it is written.
+    pub fn give_up_slot(&mut self, n: u32) {
+        self.epochs.remove(&n);
+        self.staged.retain(|id, _| slot(id) != n);
     }
 
     /// Whether anything of slot `n` is staged and not yet flushed.
@@ -128,12 +165,16 @@ impl<V: Volume> TxnStore<V> {
                 slot_entries.insert(&entry.transactional_id, entry);
             }
             let entries: Vec<TxnEntry> = slot_entries.into_values().cloned().collect();
-            let file = SlotFile { format_version: FORMAT_VERSION, slot: n, entries };
-            let raw = Bytes::from(serde_json::to_vec(&file).expect("serialisable"));
             let (done, written) = oneshot::channel();
+            let Some(&epoch) = self.epochs.get(&n) else {
+                // Given up since it was staged: the slot's new owner finishes the change.
+                drop(done);
+                writes.push((changed, written));
+                continue;
+            };
             let volume = self.volume.clone();
             spawner.spawn("txn-slot-write", async move {
-                let _ = done.send(volume.write_atomic(&path(n), raw).await);
+                let _ = done.send(write_slot(&volume, n, epoch, entries).await);
             });
             writes.push((changed, written));
         }
@@ -145,12 +186,18 @@ impl<V: Volume> TxnStore<V> {
                         self.entries.insert(entry.transactional_id.clone(), entry);
                     }
                 }
-                Ok(Err(e)) => result = Err(storage(e)),
-                Err(_) => result = Err(CoreError::Storage("slot write stopped".into())),
+                Ok(Err(e)) => result = Err(e),
+                Err(_) => result = Err(CoreError::NotCoordinator),
             }
         }
         result
     }
+}
+
+async fn write_slot<V: Volume>(volume: &V, n: u32, epoch: u32, entries: Vec<TxnEntry>) -> CoreResult<()> {
+    let file = SlotFile { format_version: FORMAT_VERSION, slot: n, entries };
+    let raw = Bytes::from(serde_json::to_vec(&file).expect("serialisable"));
+    volume.write_atomic(&path(n, epoch), raw).await.map_err(storage)
 }
 
 #[cfg(test)]
@@ -161,10 +208,14 @@ mod tests {
     use crate::txn::state::{self, InitOutcome};
 
     #[tokio::test]
-    async fn entries_survive_a_reload_and_a_damaged_slot_stops_it() {
+    async fn entries_survive_a_take_over_a_late_write_of_an_older_epoch_is_never_read_and_a_damaged_slot_stops_the_load()
+     {
         let dir = std::env::temp_dir().join(format!("kaas-txn-{:x}", RealRng::default().next_u64()));
         let env = RealEnv::new(&dir);
-        let mut store = TxnStore::load(env.volume().clone()).await.unwrap();
+        let mut store = TxnStore::load(env.volume().clone(), &BTreeMap::new()).await.unwrap();
+        for n in 0..SLOTS {
+            store.take_slot(n, 1).await.unwrap();
+        }
         let mut pid = 1 << 40;
         for i in 0..120 {
             let id = format!("txn-{i}");
@@ -181,14 +232,30 @@ mod tests {
         store.flush(env.spawner()).await.unwrap();
         store.stage(ongoing.clone());
         store.flush(env.spawner()).await.unwrap();
-        let reloaded = TxnStore::load(env.volume().clone()).await.unwrap();
+        let n = slot("txn-7");
+        let epochs: BTreeMap<u32, u32> = (0..SLOTS).map(|n| (n, 1)).collect();
+        let reloaded = TxnStore::load(env.volume().clone(), &epochs).await.unwrap();
         assert_eq!(reloaded.iter().count(), 120);
         assert_eq!(reloaded.get("txn-7"), Some(&ongoing));
         assert_eq!(reloaded.iter().cloned().collect::<Vec<_>>(), store.iter().cloned().collect::<Vec<_>>());
-        let n = slot("txn-7");
-        env.volume().write_atomic(&path(n), Bytes::from_static(b"{\"torn")).await.unwrap();
-        let failed = TxnStore::load(env.volume().clone()).await;
-        assert!(matches!(failed, Err(CoreError::Storage(m)) if m.contains(&format!("slot-{n}.json"))));
+
+        // A peer takes slot n over under epoch 2; the old owner, paused, then writes under 1.
+        let mut peer = TxnStore::load(env.volume().clone(), &epochs).await.unwrap();
+        peer.take_slot(n, 2).await.unwrap();
+        assert_eq!(peer.get("txn-7"), Some(&ongoing));
+        store.stage(first.clone());
+        store.flush(env.spawner()).await.unwrap();
+        let epochs_now: BTreeMap<u32, u32> = (0..SLOTS).map(|s| (s, if s == n { 2 } else { 1 })).collect();
+        let after = TxnStore::load(env.volume().clone(), &epochs_now).await.unwrap();
+        assert_eq!(after.get("txn-7"), Some(&ongoing), "the zombie's write under epoch 1 is not read");
+        // A slot given up is not written any more.
+        peer.give_up_slot(n);
+        peer.stage(first.clone());
+        assert!(peer.flush(env.spawner()).await.is_err());
+
+        env.volume().write_atomic(&path(n, 2), Bytes::from_static(b"{\"torn")).await.unwrap();
+        let failed = TxnStore::load(env.volume().clone(), &epochs_now).await;
+        assert!(matches!(failed, Err(CoreError::Storage(m)) if m.contains(&format!("slot-{n}-2.json"))));
         let _ = std::fs::remove_dir_all(dir); // allow-nondeterminism: test clean-up
     }
 }

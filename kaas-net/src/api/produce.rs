@@ -3,14 +3,12 @@
 //! for the fsync of every partition (acks=1 and acks=all alike: the volume is the replica).
 //!
 //! A transactional batch whose producer has no transaction open in the partition is verified
-//! with the transaction coordinator first (KIP-890 part 1), before it is queued: the request
-//! after it on the connection must not overtake it.
+//! with the transaction coordinator first (KIP-890 part 1, `Broker::verify_produce`), before
+//! it is queued: the request after it on the connection must not overtake it.
 
 use bytes::{Buf, BufMut, Bytes};
 use kaas_core::env::Env;
-use kaas_core::log::batch::{self, BatchHeader};
-use kaas_core::partition::PartitionHandle;
-use kaas_core::txn::coordinator::TxnMember;
+use kaas_core::log::batch;
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -56,7 +54,7 @@ pub async fn handle<E: Env>(
                                 None => Ok(None),
                                 Some((h, _)) => {
                                     let tp = (topic_data.name.0.to_string(), data.index);
-                                    verify(ctx, transactional_id.as_deref(), tp, partition, h).await
+                                    ctx.broker.verify_produce(transactional_id.as_deref(), tp, partition, h).await
                                 }
                             };
                             match guard {
@@ -106,43 +104,6 @@ pub async fn handle<E: Env>(
         let response = ProduceResponse::default().with_responses(responses);
         encode(ApiKey::Produce, &header, &response)
     })))
-}
-
-/// KIP-890 part 1: a transactional batch of a producer whose transaction is not open in the
-/// partition yet is appended only if the coordinator has the partition in that transaction.
-/// Returns the guard for the append (None: the transaction is already open here).
-async fn verify<E: Env>(
-    ctx: &Context<E>,
-    transactional_id: Option<&str>,
-    tp: (String, i32),
-    partition: &PartitionHandle,
-    header: &BatchHeader,
-) -> CoreResult<Option<u64>> {
-    // Read before the coordinator is asked: a marker written after this invalidates the answer.
-    let view = partition.txn_view();
-    if view.ongoing.get(&header.producer_id) == Some(&header.producer_epoch)
-        || !kaas_core::partition::verification_required()
-    {
-        return Ok(None);
-    }
-    let Some(transactional_id) = transactional_id.filter(|t| !t.is_empty()) else {
-        return Err(CoreError::InvalidTxnState);
-    };
-    let verified = ctx
-        .broker
-        .txn
-        .verify(transactional_id.to_string(), header.producer_id, header.producer_epoch, TxnMember::Partition(tp))
-        .await;
-    match verified {
-        Ok(()) => Ok(Some(view.markers_written)),
-        // The Produce path's fencing answer, as Apache gives it.
-        Err(CoreError::ProducerFenced) => Err(CoreError::InvalidProducerEpoch),
-        // Retriable for every client version: the batch is retried and verified again.
-        Err(CoreError::ConcurrentTransactions | CoreError::CoordinatorNotAvailable) => {
-            Err(CoreError::NotEnoughReplicas)
-        }
-        Err(e) => Err(e),
-    }
 }
 
 fn partition_response(index: i32, result: CoreResult<kaas_core::partition::AppendOutcome>) -> PartitionProduceResponse {

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use kaas_core::cluster::peers::member_from_wire;
 use kaas_core::env::{Clock, Env};
 use kaas_core::group::{CommitRequest, CommittedOffset};
 use kaas_core::log::control::Marker;
@@ -73,10 +74,16 @@ async fn add_partitions<E: Env>(
     let snapshot = ctx.broker.topics.snapshot();
     let mut wanted = Vec::new();
     let mut unknown = Vec::new();
+    let mut groups = Vec::new();
     for t in topics {
         for &p in &t.partitions {
             let tp = (t.name.0.to_string(), p);
-            if snapshot.partition(&tp.0, p).is_some() { wanted.push(tp) } else { unknown.push(tp) }
+            match member_from_wire(&tp.0, p) {
+                // A peer verifying a TxnOffsetCommit for the group it owns.
+                TxnMember::Group(g) if verify_only => groups.push((tp, g)),
+                _ if snapshot.partition(&tp.0, p).is_some() => wanted.push(tp),
+                _ => unknown.push(tp),
+            }
         }
     }
     let mut codes: BTreeMap<(String, i32), i16> = BTreeMap::new();
@@ -93,10 +100,10 @@ async fn add_partitions<E: Env>(
             Err(e) => Err(e),
             Ok(id) if verify_only => {
                 let mut result = Ok(());
-                for tp in &wanted {
-                    let verified =
-                        txn.verify(id.clone(), producer_id, producer_epoch, TxnMember::Partition(tp.clone())).await;
-                    codes.insert(tp.clone(), error::code_of(&verified));
+                let members = wanted.iter().map(|tp| (tp.clone(), TxnMember::Partition(tp.clone())));
+                for (tp, member) in members.chain(groups.into_iter().map(|(tp, g)| (tp, TxnMember::Group(g)))) {
+                    let verified = txn.verify(id.clone(), producer_id, producer_epoch, member).await;
+                    codes.insert(tp, error::code_of(&verified));
                     result = result.and(verified);
                 }
                 result
@@ -214,7 +221,7 @@ async fn stage<E: Env>(ctx: &Context<E>, request: &TxnOffsetCommitRequest) -> Co
     let (producer_id, producer_epoch) = (request.producer_id.0, request.producer_epoch);
     // Read before the coordinator is asked: an end of the transaction after this voids the answer.
     let guard = ctx.broker.groups.txn_guard().await?;
-    ctx.broker.txn.verify(id, producer_id, producer_epoch, TxnMember::Group(group_id.clone())).await?;
+    ctx.broker.verify_txn(id, producer_id, producer_epoch, TxnMember::Group(group_id.clone())).await?;
     let now_ms = ctx.broker.env.clock().now_ms();
     let mut offsets = Vec::new();
     for t in &request.topics {
@@ -239,8 +246,8 @@ async fn stage<E: Env>(ctx: &Context<E>, request: &TxnOffsetCommitRequest) -> Co
 }
 
 /// The receiver side of Apache's coordinator-to-leader API: writes each marker into each named
-/// partition and answers once it is durable. Tools and tests drive it; kaas coordinators write
-/// their own markers.
+/// partition, or ends the producer's staged offsets in a named group (a kaas coordinator on a
+/// peer names groups as `cluster::peers` says), and answers once each is durable.
 pub async fn write_txn_markers<E: Env>(
     ctx: &Context<E>,
     _header: &RequestHeader,
@@ -253,9 +260,10 @@ pub async fn write_txn_markers<E: Env>(
         let mut queued = Vec::new();
         for t in &m.topics {
             for &p in &t.partition_indexes {
-                let pending = match snapshot.partition(&t.name.0, p) {
-                    None => None,
-                    Some(partition) => Some(
+                let pending = match (member_from_wire(&t.name.0, p), snapshot.partition(&t.name.0, p)) {
+                    (TxnMember::Group(g), _) => Pending::Group(g),
+                    (_, None) => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
+                    (_, Some(partition)) => Pending::Marker(
                         partition.queue_marker(m.producer_id.0, m.producer_epoch, marker, m.coordinator_epoch).await,
                     ),
                 };
@@ -265,8 +273,12 @@ pub async fn write_txn_markers<E: Env>(
         let mut topics: Vec<WritableTxnMarkerTopicResult> = Vec::new();
         for (name, p, pending) in queued {
             let result = match pending {
-                None => Err(CoreError::UnknownTopicOrPartition),
-                Some(rx) => rx.await.unwrap_or_else(|_| Err(CoreError::Storage("partition stopped".into()))),
+                Pending::Done(result) => result,
+                Pending::Marker(rx) => match rx.await {
+                    Ok(written) => written.map(|_| ()),
+                    Err(_) => Err(CoreError::Storage("partition stopped".into())),
+                },
+                Pending::Group(g) => ctx.broker.groups.complete_txn(g, m.producer_id.0, m.transaction_result).await,
             };
             let answer = WritableTxnMarkerPartitionResult::default()
                 .with_partition_index(p)
@@ -281,6 +293,12 @@ pub async fn write_txn_markers<E: Env>(
         markers.push(WritableTxnMarkerResult::default().with_producer_id(m.producer_id).with_topics(topics));
     }
     WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+enum Pending {
+    Done(CoreResult<()>),
+    Marker(tokio::sync::oneshot::Receiver<CoreResult<kaas_core::partition::AppendOutcome>>),
+    Group(String),
 }
 
 pub async fn list_transactions<E: Env>(

@@ -76,6 +76,12 @@ impl Net for TokioNet {
     async fn bind(&self, addr: &str) -> std::io::Result<TokioListener> {
         Ok(TokioListener(tokio::net::TcpListener::bind(addr).await?))
     }
+
+    async fn connect(&self, host: &str, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+        let stream = tokio::net::TcpStream::connect((host, port)).await?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
 }
 
 /// The env of the `kaas` binary.

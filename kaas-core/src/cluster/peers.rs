@@ -1,0 +1,135 @@
+//! Calls to peer brokers: the transaction coordinator's markers to a partition's or a group's
+//! owner (WriteTxnMarkers), and a partition owner's KIP-890 verification with the coordinator
+//! of a transactional id (AddPartitionsToTxn, verify_only). kaas-core says what to ask and of
+//! whom; the wire client that asks is kaas-net's (`kaas_net::peers`), attached when a server
+//! starts. Without one (a broker in a unit test) every call fails at once, retriably.
+//!
+//! A group is named on the wire as the pseudo-topic `__consumer_offsets/<group id>`,
+//! partition 0: '/' is in no topic name, so it never meets a real partition.
+
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{CoreError, CoreResult};
+use crate::txn::coordinator::TxnMember;
+
+/// Calls queued for the wire client before it refuses more.
+const QUEUED_MAX: usize = 1024;
+const GROUP_PSEUDO_TOPIC: &str = "__consumer_offsets/";
+
+/// A peer broker's endpoint, as its lease advertises it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub broker_id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+/// The markers of one transaction that one peer owes: for its partitions and its groups.
+#[derive(Debug, Clone)]
+pub struct Markers {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+    pub members: Vec<TxnMember>,
+}
+
+pub enum PeerCall {
+    /// Answered Ok once every marker is durable on the peer.
+    WriteMarkers { to: Endpoint, markers: Markers, reply: oneshot::Sender<Vec<(TxnMember, CoreResult<()>)>> },
+    /// Answered Ok if `member` is in the producer's open transaction.
+    Verify {
+        to: Endpoint,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        member: TxnMember,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+}
+
+#[derive(Clone, Default)]
+pub struct PeersHandle {
+    tx: Arc<OnceLock<mpsc::Sender<PeerCall>>>,
+}
+
+impl PeersHandle {
+    /// The queue of calls for the wire client to serve; `None` if one is attached already.
+    pub fn attach(&self) -> Option<mpsc::Receiver<PeerCall>> {
+        let (tx, rx) = mpsc::channel(QUEUED_MAX);
+        self.tx.set(tx).ok().map(|()| rx)
+    }
+
+    /// Queues a call; the receiver fails (its sender dropped) if no wire client takes it.
+    async fn queue<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> PeerCall) -> oneshot::Receiver<T> {
+        let (reply, rx) = oneshot::channel();
+        if let Some(tx) = self.tx.get() {
+            let _ = tx.send(make(reply)).await;
+        }
+        rx
+    }
+
+    /// Queues `markers` for the peer; the receiver gets the answer per member, in the order
+    /// given, once the peer answered (or fails if the call got no answer).
+    pub async fn queue_markers(
+        &self,
+        to: Endpoint,
+        markers: Markers,
+    ) -> oneshot::Receiver<Vec<(TxnMember, CoreResult<()>)>> {
+        self.queue(|reply| PeerCall::WriteMarkers { to, markers, reply }).await
+    }
+
+    pub async fn verify(
+        &self,
+        to: Endpoint,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        member: TxnMember,
+    ) -> CoreResult<()> {
+        let call = |reply| PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, reply };
+        self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+}
+
+/// A transaction member as a (topic, partition) on the wire.
+pub fn member_on_wire(member: &TxnMember) -> (String, i32) {
+    match member {
+        TxnMember::Partition((topic, partition)) => (topic.clone(), *partition),
+        TxnMember::Group(group_id) => (format!("{GROUP_PSEUDO_TOPIC}{group_id}"), 0),
+    }
+}
+
+/// The member a (topic, partition) of a peer's request names.
+pub fn member_from_wire(topic: &str, partition: i32) -> TxnMember {
+    match topic.strip_prefix(GROUP_PSEUDO_TOPIC) {
+        Some(group_id) if partition == 0 => TxnMember::Group(group_id.to_string()),
+        _ => TxnMember::Partition((topic.to_string(), partition)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_cross_the_wire_unchanged_and_no_topic_is_taken_for_a_group() {
+        for member in [TxnMember::Partition(("t".into(), 3)), TxnMember::Group("g/with/slashes".into())] {
+            let (topic, partition) = member_on_wire(&member);
+            assert_eq!(format!("{:?}", member_from_wire(&topic, partition)), format!("{member:?}"));
+        }
+        assert!(crate::topics::validate_topic_name("__consumer_offsets/g").is_err());
+    }
+
+    #[tokio::test]
+    async fn without_a_wire_client_a_call_fails_at_once_and_retriably() {
+        let peers = PeersHandle::default();
+        let to = Endpoint { broker_id: 1, host: "h".into(), port: 9092 };
+        let verified = peers.verify(to, "t".into(), 1, 0, TxnMember::Group("g".into())).await;
+        assert_eq!(verified, Err(CoreError::CoordinatorNotAvailable));
+        assert!(peers.attach().is_some());
+        assert!(peers.attach().is_none(), "one wire client per broker");
+    }
+}

@@ -1,0 +1,292 @@
+//! The wire client of `kaas_core::cluster::peers`: what this broker asks of its peers, sent
+//! as the Kafka requests Apache's brokers send each other. Markers go as WriteTxnMarkers (v1),
+//! verification as AddPartitionsToTxn (v4, verify_only).
+//!
+//! One link task per peer endpoint holds one connection and pipelines calls on it, as Kafka
+//! clients do: a peer answers in request order. A connection that fails, or whose oldest call
+//! is not answered within `PEER_REQUEST_TIMEOUT_MS`, is dropped with every call on it failed;
+//! the callers retry (a marker written twice ends nothing twice). The next call reconnects.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kaas_core::cluster::peers::{self, Endpoint, Markers, PeerCall};
+use kaas_core::env::{Clock, Env, Net, Spawner};
+use kaas_core::txn::coordinator::TxnMember;
+use kaas_core::{CoreError, CoreResult};
+use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
+use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::api::{text, topic};
+use crate::error;
+use crate::frame;
+use crate::server::ShutdownSignal;
+
+/// How long a peer has to answer a call, a marker's fsync included.
+const PEER_REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// Calls on one connection before the next waits for an answer.
+const IN_FLIGHT_MAX: usize = 64;
+/// Calls waiting for one peer's link before callers are told to retry.
+const LINK_QUEUE_MAX: usize = 256;
+/// The largest answer a peer sends to these calls.
+const RESPONSE_BYTES_MAX: usize = 16 << 20;
+const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+const ADD_PARTITIONS_TO_TXN_VERSION: i16 = 4;
+
+/// One call as a link sends it: the encoded request and what to do with the answer's body
+/// (`None`: no answer came).
+struct Job {
+    key: ApiKey,
+    version: i16,
+    encode: Encode,
+    answer: Box<dyn FnOnce(Option<Bytes>) + Send>,
+}
+
+/// Serves the calls of `kaas_core::cluster::peers` until shutdown.
+pub async fn serve<E: Env>(env: E, broker_id: i32, mut calls: mpsc::Receiver<PeerCall>, mut shutdown: ShutdownSignal) {
+    let mut links: BTreeMap<Endpoint, mpsc::Sender<Job>> = BTreeMap::new();
+    loop {
+        let call = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            call = calls.recv() => match call {
+                Some(call) => call,
+                None => return,
+            },
+        };
+        let (to, job) = job_of(call);
+        let link = links.entry(to.clone()).or_insert_with(|| {
+            let (tx, rx) = mpsc::channel(LINK_QUEUE_MAX);
+            env.spawner().spawn("peer-link", link(env.clone(), to.clone(), format!("kaas-broker-{broker_id}"), rx));
+            tx
+        });
+        // A full link means the peer is slow or gone: the caller's receiver fails, it retries.
+        let _ = link.try_send(job);
+    }
+}
+
+fn job_of(call: PeerCall) -> (Endpoint, Job) {
+    match call {
+        PeerCall::WriteMarkers { to, markers, reply } => (to, write_markers(markers, reply)),
+        PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, reply } => {
+            (to, verify(transactional_id, producer_id, producer_epoch, member, reply))
+        }
+    }
+}
+
+fn write_markers(markers: Markers, reply: oneshot::Sender<Vec<(TxnMember, CoreResult<()>)>>) -> Job {
+    let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
+    for member in &markers.members {
+        let (name, partition) = peers::member_on_wire(member);
+        match topics.iter_mut().find(|t| t.name.0.as_str() == name) {
+            Some(t) => t.partition_indexes.push(partition),
+            None => topics.push(
+                WritableTxnMarkerTopic::default().with_name(topic(&name)).with_partition_indexes(vec![partition]),
+            ),
+        }
+    }
+    let request = WriteTxnMarkersRequest::default().with_markers(vec![
+        WritableTxnMarker::default()
+            .with_producer_id(ProducerId(markers.producer_id))
+            .with_producer_epoch(markers.producer_epoch)
+            .with_transaction_result(markers.commit)
+            .with_coordinator_epoch(markers.coordinator_epoch)
+            .with_topics(topics),
+    ]);
+    let members = markers.members;
+    Job {
+        key: ApiKey::WriteTxnMarkers,
+        version: WRITE_TXN_MARKERS_VERSION,
+        encode: encoder(request, WRITE_TXN_MARKERS_VERSION),
+        answer: Box::new(move |body| {
+            let response: Option<WriteTxnMarkersResponse> = body.and_then(|b| decode(b, WRITE_TXN_MARKERS_VERSION));
+            let codes: Vec<(String, i32, i16)> = response
+                .into_iter()
+                .flat_map(|r| r.markers)
+                .flat_map(|m| m.topics)
+                .flat_map(|t| {
+                    let name = t.name.0.to_string();
+                    t.partitions.into_iter().map(move |p| (name.clone(), p.partition_index, p.error_code))
+                })
+                .collect();
+            let answers = members
+                .into_iter()
+                .map(|member| {
+                    let (name, partition) = peers::member_on_wire(&member);
+                    let code = codes.iter().find(|(n, p, _)| *n == name && *p == partition).map(|c| c.2);
+                    (member, code.map_or(Err(CoreError::CoordinatorNotAvailable), error::from_code))
+                })
+                .collect();
+            let _ = reply.send(answers);
+        }),
+    }
+}
+
+fn verify(
+    transactional_id: String,
+    producer_id: i64,
+    producer_epoch: i16,
+    member: TxnMember,
+    reply: oneshot::Sender<CoreResult<()>>,
+) -> Job {
+    let (name, partition) = peers::member_on_wire(&member);
+    let request = AddPartitionsToTxnRequest::default().with_transactions(vec![
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(text(&transactional_id)))
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(producer_epoch)
+            .with_verify_only(true)
+            .with_topics(vec![
+                AddPartitionsToTxnTopic::default().with_name(topic(&name)).with_partitions(vec![partition]),
+            ]),
+    ]);
+    Job {
+        key: ApiKey::AddPartitionsToTxn,
+        version: ADD_PARTITIONS_TO_TXN_VERSION,
+        encode: encoder(request, ADD_PARTITIONS_TO_TXN_VERSION),
+        answer: Box::new(move |body| {
+            let response: Option<AddPartitionsToTxnResponse> =
+                body.and_then(|b| decode(b, ADD_PARTITIONS_TO_TXN_VERSION));
+            let result = match response {
+                None => Err(CoreError::CoordinatorNotAvailable),
+                Some(r) if r.error_code != 0 => error::from_code(r.error_code),
+                Some(r) => {
+                    let code = r
+                        .results_by_transaction
+                        .iter()
+                        .flat_map(|t| &t.topic_results)
+                        .flat_map(|t| &t.results_by_partition)
+                        .map(|p| p.partition_error_code)
+                        .next();
+                    code.map_or(Err(CoreError::CoordinatorNotAvailable), error::from_code)
+                }
+            };
+            let _ = reply.send(result);
+        }),
+    }
+}
+
+fn encoder<R: Encodable + Send + 'static>(request: R, version: i16) -> Encode {
+    Box::new(move |out| request.encode(out, version).map_err(|e| e.to_string()))
+}
+
+fn decode<R: Decodable>(mut body: Bytes, version: i16) -> Option<R> {
+    R::decode(&mut body, version).ok()
+}
+
+/// A call on the wire, waiting for its answer.
+struct InFlight {
+    correlation_id: i32,
+    key: ApiKey,
+    version: i16,
+    deadline: tokio::time::Instant,
+    answer: Box<dyn FnOnce(Option<Bytes>) + Send>,
+}
+
+/// One peer's connection: connects on the first call, pipelines, and on any failure drops the
+/// connection and fails what was on it.
+async fn link<E: Env>(env: E, to: Endpoint, client_id: String, mut jobs: mpsc::Receiver<Job>) {
+    let mut correlation_id = 0i32;
+    loop {
+        let Some(first) = jobs.recv().await else { return };
+        let Ok(port) = u16::try_from(to.port) else {
+            (first.answer)(None);
+            continue;
+        };
+        let connect = env.net().connect(&to.host, port);
+        let stream = tokio::select! {
+            biased;
+            connected = connect => connected.ok(),
+            _ = env.clock().sleep_ms(PEER_REQUEST_TIMEOUT_MS) => None,
+        };
+        let Some(stream) = stream else {
+            tracing::debug!(broker = to.broker_id, host = %to.host, port, "peer unreachable");
+            (first.answer)(None);
+            continue;
+        };
+        let (mut reader, mut writer) = tokio::io::split(stream);
+        // The reader task ends when `closed` is dropped: the connection is given up.
+        let (frames_tx, mut frames) = mpsc::channel::<Bytes>(IN_FLIGHT_MAX);
+        let (closed, mut closed_rx) = oneshot::channel::<()>();
+        env.spawner().spawn("peer-link-reader", async move {
+            loop {
+                let read = tokio::select! {
+                    biased;
+                    _ = &mut closed_rx => return,
+                    read = frame::read_frame(&mut reader, RESPONSE_BYTES_MAX) => read,
+                };
+                let Ok(f) = read else { return };
+                if frames_tx.send(f).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+        let mut next = Some(first);
+        loop {
+            if let Some(Job { key, version, encode, answer }) = next.take() {
+                correlation_id = correlation_id.wrapping_add(1);
+                let Some(bytes) = request_frame(key, version, encode, correlation_id, &client_id) else {
+                    answer(None);
+                    continue;
+                };
+                let deadline = env.clock().monotonic() + Duration::from_millis(PEER_REQUEST_TIMEOUT_MS);
+                in_flight.push_back(InFlight { correlation_id, key, version, deadline, answer });
+                if writer.write_all(&bytes).await.is_err() {
+                    break;
+                }
+            }
+            let deadline = in_flight.front().map(|f| f.deadline);
+            tokio::select! {
+                biased;
+                // Watched when idle too: a peer that closed is noticed before the next call.
+                frame = frames.recv() => {
+                    let Some(mut frame) = frame else { break };
+                    let Some(call) = in_flight.pop_front() else { break };
+                    let header = ResponseHeader::decode(&mut frame, call.key.response_header_version(call.version));
+                    if !header.is_ok_and(|h| h.correlation_id == call.correlation_id) {
+                        tracing::warn!(broker = to.broker_id, "peer answered out of order; reconnecting");
+                        (call.answer)(None);
+                        break;
+                    }
+                    (call.answer)(Some(frame));
+                }
+                job = jobs.recv(), if in_flight.len() < IN_FLIGHT_MAX => match job {
+                    Some(job) => next = Some(job),
+                    None => break,
+                },
+                _ = env.clock().sleep_until(deadline.unwrap_or_else(|| env.clock().monotonic())), if deadline.is_some() => {
+                    tracing::debug!(broker = to.broker_id, "peer did not answer in time; reconnecting");
+                    break;
+                }
+            }
+        }
+        drop(closed);
+        for call in in_flight {
+            (call.answer)(None);
+        }
+    }
+}
+
+type Encode = Box<dyn FnOnce(&mut BytesMut) -> Result<(), String> + Send>;
+
+fn request_frame(key: ApiKey, version: i16, encode: Encode, correlation_id: i32, client_id: &str) -> Option<Bytes> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(text(client_id)));
+    let header_version = match key {
+        ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::header_version(version),
+        _ => AddPartitionsToTxnRequest::header_version(version),
+    };
+    let mut body = BytesMut::new();
+    header.encode(&mut body, header_version).ok()?;
+    encode(&mut body).ok()?;
+    Some(frame::frame(&body))
+}
