@@ -54,6 +54,13 @@ impl<E: Env> Broker<E> {
         self.membership.view().lease_valid(self.env.clock().monotonic())
     }
 
+    /// A peer coordinator's fence: every partition of this broker refuses the producer's
+    /// epochs below `producer_epoch`.
+    pub async fn fence_here(&self, producer_id: i64, producer_epoch: i16) {
+        let epochs = std::collections::BTreeMap::from([(producer_id, producer_epoch)]);
+        crate::txn::coordinator::fence_everywhere(&self.topics, Arc::new(epochs)).await;
+    }
+
     /// Graceful shutdown: flushes and closes every partition log, releasing each, then marks
     /// the lease as leaving, so peers take everything over at once.
     pub async fn shutdown(&self) {

@@ -67,10 +67,13 @@ pub enum Mutant {
     /// A partition owner writes and acks without checking that its lease still holds (before
     /// the write and after the fsync): a paused owner that wakes up past its lease goes on.
     AckWithoutLeaseCheck,
+    /// A coordinator fences a producer on its own broker's partitions only: the peers'
+    /// partitions take the fenced epoch's late batches.
+    FenceNotSentToPeers,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 22] = [
+    pub const ALL: [Mutant; 23] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -93,6 +96,7 @@ impl Mutant {
         Mutant::FetchIgnoresIsolation,
         Mutant::FencedAnsweredRetriable,
         Mutant::AckWithoutLeaseCheck,
+        Mutant::FenceNotSentToPeers,
     ];
 
     pub fn name(self) -> &'static str {
@@ -119,6 +123,7 @@ impl Mutant {
             Mutant::FetchIgnoresIsolation => "fetch-ignores-isolation",
             Mutant::FencedAnsweredRetriable => "fenced-answered-retriable",
             Mutant::AckWithoutLeaseCheck => "ack-without-lease-check",
+            Mutant::FenceNotSentToPeers => "fence-not-sent-to-peers",
         }
     }
 

@@ -93,10 +93,27 @@ pub struct CreateTopic {
 enum Command {
     Create(CreateTopic, oneshot::Sender<CoreResult<TopicMeta>>),
     Delete(String, oneshot::Sender<CoreResult<TopicId>>),
-    CreatePartitions { name: String, count: i32, validate_only: bool, reply: oneshot::Sender<CoreResult<()>> },
-    AlterConfigs { name: String, ops: Vec<ConfigOp>, validate_only: bool, reply: oneshot::Sender<CoreResult<()>> },
-    AlterBrokerConfigs { ops: Vec<ConfigOp>, validate_only: bool, reply: oneshot::Sender<CoreResult<()>> },
+    CreatePartitions {
+        name: String,
+        count: i32,
+        validate_only: bool,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    AlterConfigs {
+        name: String,
+        ops: Vec<ConfigOp>,
+        validate_only: bool,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    AlterBrokerConfigs {
+        ops: Vec<ConfigOp>,
+        validate_only: bool,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
     Shutdown(oneshot::Sender<()>),
+    /// Producer epochs to refuse below, for every partition of this broker, those it starts
+    /// later included.
+    Fence(Arc<BTreeMap<i64, i16>>),
 }
 
 #[derive(Clone)]
@@ -163,6 +180,12 @@ impl TopicsHandle {
         }
     }
 
+    /// Records fences for every partition this broker starts from now on too: a partition
+    /// of a topic this broker learns of later must refuse a producer's fenced epochs as well.
+    pub async fn fence(&self, epochs: Arc<BTreeMap<i64, i16>>) {
+        let _ = self.tx.send(Command::Fence(epochs)).await;
+    }
+
     /// Stops every partition actor after a final sync.
     pub async fn shutdown(&self) {
         self.ask(Command::Shutdown).await;
@@ -200,11 +223,10 @@ struct TopicManager<E: Env> {
     data_version: watch::Sender<u64>,
     membership: MembershipHandle,
     claims: Claims<E::Volume>,
+    /// Every fence applied on this broker (producer id -> epoch), for partitions started later.
+    fences: BTreeMap<i64, i16>,
     /// Partitions this broker serves: (topic, partition) -> (epoch, lease session).
     owned: BTreeMap<(String, i32), (u32, u64)>,
-    /// Partitions given up whose release could not be written yet: retried on every
-    /// reconcile, since until it lands the next owner waits for this broker's lease.
-    unreleased: BTreeMap<String, u32>,
 }
 
 /// Loads every topic from the volume, opens (and so recovers) every partition, and starts the
@@ -232,8 +254,8 @@ pub async fn start<E: Env>(
         data_version,
         membership,
         claims: Claims::new(env.volume().clone()),
+        fences: BTreeMap::new(),
         owned: BTreeMap::new(),
-        unreleased: BTreeMap::new(),
     };
     manager.load().await?;
     manager.reconcile().await;
@@ -363,25 +385,15 @@ impl<E: Env> TopicManager<E> {
         }
     }
 
-    /// Writes the release of a partition given up, or keeps it to retry.
+    /// Writes the release of a partition given up (retried by `Claims` if the volume refuses).
     async fn release(&mut self, dir: String, epoch: u32) {
-        match self.claims.release(Kind::Partition, &dir, epoch).await {
-            Ok(()) => {
-                self.unreleased.remove(&dir);
-            }
-            Err(e) => {
-                tracing::warn!(partition = %dir, error = %e, "cannot release a partition yet; will retry");
-                self.unreleased.insert(dir, epoch);
-            }
-        }
+        self.claims.release(Kind::Partition, &dir, epoch).await;
     }
 
     /// Claims the partitions the view gives this broker and serves them; disowns and releases
     /// those it gives another broker, and everything of a lease session that lapsed.
     async fn reconcile(&mut self) {
-        for (dir, epoch) in std::mem::take(&mut self.unreleased) {
-            self.release(dir, epoch).await;
-        }
+        self.claims.retry_releases().await;
         let view: Arc<ClusterView> = self.membership.view();
         let now = self.env.clock().monotonic();
         let topics: Vec<Arc<TopicState>> = self.topics.values().cloned().collect();
@@ -400,7 +412,6 @@ impl<E: Env> TopicManager<E> {
                     }
                     None if want => match self.claims.try_claim(Kind::Partition, &dir, &view, now).await {
                         Ok(Some(claimed)) => {
-                            self.unreleased.remove(&dir);
                             if let Err(e) = handle.own(claimed, view.session).await {
                                 tracing::warn!(partition = %dir, error = %e, "claimed, but cannot open the log yet");
                             }
@@ -422,7 +433,11 @@ impl<E: Env> TopicManager<E> {
             let dir = partition_dir(&meta.name, p);
             let cluster = self.membership.subscribe();
             let (data_version, topic_id) = (self.data_version.clone(), meta.topic_id);
-            partitions.push(partition::start(&self.env, dir, topic_id, settings, data_version, cluster).await);
+            let partition = partition::start(&self.env, dir, topic_id, settings, data_version, cluster).await;
+            if !self.fences.is_empty() {
+                partition.fence(Arc::new(self.fences.clone())).await;
+            }
+            partitions.push(partition);
         }
         TopicState { meta, partitions }
     }
@@ -469,6 +484,18 @@ impl<E: Env> TopicManager<E> {
             };
             match command {
                 None => return,
+                Some(Command::Fence(epochs)) => {
+                    for (&producer_id, &producer_epoch) in epochs.iter() {
+                        let fenced = self.fences.entry(producer_id).or_insert(producer_epoch);
+                        *fenced = (*fenced).max(producer_epoch);
+                    }
+                    // Also to the partitions started since the caller looked.
+                    for t in self.topics.values() {
+                        for p in &t.partitions {
+                            p.fence(epochs.clone()).await;
+                        }
+                    }
+                }
                 Some(Command::Shutdown(reply)) => {
                     // Everything is handed over at once: released claims let peers take over
                     // without waiting for this broker's lease to run out.

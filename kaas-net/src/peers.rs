@@ -73,6 +73,7 @@ pub async fn serve<E: Env>(env: E, broker_id: i32, mut calls: mpsc::Receiver<Pee
 fn job_of(call: PeerCall) -> (Endpoint, Job) {
     match call {
         PeerCall::WriteMarkers { to, markers, reply } => (to, write_markers(markers, reply)),
+        PeerCall::Fence { to, producer_id, producer_epoch, reply } => (to, fence(producer_id, producer_epoch, reply)),
         PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, reply } => {
             (to, verify(transactional_id, producer_id, producer_epoch, member, reply))
         }
@@ -123,6 +124,25 @@ fn write_markers(markers: Markers, reply: oneshot::Sender<Vec<(TxnMember, CoreRe
                 })
                 .collect();
             let _ = reply.send(answers);
+        }),
+    }
+}
+
+/// A fence as a marker naming no partition (`kaas_core::cluster::peers`).
+fn fence(producer_id: i64, producer_epoch: i16, reply: oneshot::Sender<CoreResult<()>>) -> Job {
+    let request = WriteTxnMarkersRequest::default().with_markers(vec![
+        WritableTxnMarker::default()
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(producer_epoch)
+            .with_transaction_result(false),
+    ]);
+    Job {
+        key: ApiKey::WriteTxnMarkers,
+        version: WRITE_TXN_MARKERS_VERSION,
+        encode: encoder(request, WRITE_TXN_MARKERS_VERSION),
+        answer: Box::new(move |body| {
+            let answered = body.and_then(|b| decode::<WriteTxnMarkersResponse>(b, WRITE_TXN_MARKERS_VERSION));
+            let _ = reply.send(answered.map(|_| ()).ok_or(CoreError::CoordinatorNotAvailable));
         }),
     }
 }

@@ -88,6 +88,11 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["lost-write", "two-writers", "duplicate", "assertion"],
         scenarios: &["cluster-zombie"],
     },
+    MutantSpec {
+        mutant: Mutant::FenceNotSentToPeers,
+        catches: &["aborted-read", "uncommitted-read"],
+        scenarios: &["cluster-txn"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

@@ -40,7 +40,7 @@ pub struct Claimed {
 }
 
 /// The kinds of owned things, each with its own claim directories.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     Partition,
     TxnSlot,
@@ -70,6 +70,9 @@ fn released_name(epoch: u32) -> String {
 pub struct Claims<V: Volume> {
     volume: V,
     known: BTreeMap<(u8, String), u32>,
+    /// Releases that failed (the volume refused the write), retried by `retry_releases`: a
+    /// live broker that never releases holds its things from every peer for good.
+    unreleased: BTreeMap<(Kind, String), u32>,
 }
 
 fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
@@ -78,7 +81,7 @@ fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
 
 impl<V: Volume> Claims<V> {
     pub fn new(volume: V) -> Self {
-        Claims { volume, known: BTreeMap::new() }
+        Claims { volume, known: BTreeMap::new(), unreleased: BTreeMap::new() }
     }
 
     fn key_dir(kind: Kind, key: &str) -> String {
@@ -167,16 +170,31 @@ impl<V: Volume> Claims<V> {
             Err(e) => return Err(e),
         }
         self.known.insert((kind as u8, key.to_string()), epoch);
+        // A newer epoch of our own: the older one needs no release any more.
+        self.unreleased.remove(&(kind, key.to_string()));
         Ok(Some(Claimed { epoch, takeover }))
     }
 
     /// Gives `epoch` of `key` up, after the last write under it: the next owner need not wait
-    /// for this broker's lease to run out.
-    pub async fn release(&mut self, kind: Kind, key: &str, epoch: u32) -> io::Result<()> {
+    /// for this broker's lease to run out. A release the volume refuses is kept and tried
+    /// again by `retry_releases`.
+    pub async fn release(&mut self, kind: Kind, key: &str, epoch: u32) {
         let path = join(&Self::key_dir(kind, key), &released_name(epoch));
         match self.volume.create_exclusive(&path, Bytes::new()).await {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
-            _ => Ok(()),
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                tracing::warn!(kind = kind.dir(), key, epoch, error = %e, "cannot release yet; will retry");
+                self.unreleased.insert((kind, key.to_string()), epoch);
+            }
+            _ => {
+                self.unreleased.remove(&(kind, key.to_string()));
+            }
+        }
+    }
+
+    /// Tries the failed releases again.
+    pub async fn retry_releases(&mut self) {
+        for ((kind, key), epoch) in std::mem::take(&mut self.unreleased) {
+            self.release(kind, &key, epoch).await;
         }
     }
 

@@ -120,6 +120,18 @@ impl ClusterView {
         Some(super::Endpoint { broker_id: owner, host: peer.host.clone(), port: peer.port })
     }
 
+    /// Every peer with a lease on the volume that did not say it left, live or not yet known
+    /// to be: who must hear of a fence. A broker that just started sees no peer live for a
+    /// heartbeat, but its peers may serve all the same.
+    pub fn peers_with_lease(&self) -> Vec<super::Endpoint> {
+        self.observed
+            .iter()
+            .filter(|(id, _)| **id != self.me)
+            .filter_map(|(&broker_id, o)| o.lease.as_ref().filter(|l| !l.leaving).map(|l| (broker_id, l)))
+            .map(|(broker_id, l)| super::Endpoint { broker_id, host: l.host.clone(), port: l.port })
+            .collect()
+    }
+
     /// Whether this broker should own `key` now, and may: its lease is valid.
     pub fn should_own(&self, key: &str, now: Instant) -> bool {
         self.lease_valid(now) && self.owner_of(key) == Some(self.me)

@@ -5,7 +5,10 @@
 //! starts. Without one (a broker in a unit test) every call fails at once, retriably.
 //!
 //! A group is named on the wire as the pseudo-topic `__consumer_offsets/<group id>`,
-//! partition 0: '/' is in no topic name, so it never meets a real partition.
+//! partition 0: '/' is in no topic name, so it never meets a real partition. A fence (a
+//! producer's epoch bumped by its coordinator) travels as a marker naming no partition, which
+//! an Apache broker would take as a marker with nothing to write: the peer refuses the older
+//! epochs on every partition it owns.
 
 use std::sync::{Arc, OnceLock};
 
@@ -37,6 +40,8 @@ pub struct Markers {
 }
 
 pub enum PeerCall {
+    /// Answered once every partition the peer owns refuses the producer's older epochs.
+    Fence { to: Endpoint, producer_id: i64, producer_epoch: i16, reply: oneshot::Sender<CoreResult<()>> },
     /// Answered Ok once every marker is durable on the peer.
     WriteMarkers { to: Endpoint, markers: Markers, reply: oneshot::Sender<Vec<(TxnMember, CoreResult<()>)>> },
     /// Answered Ok if `member` is in the producer's open transaction.
@@ -79,6 +84,16 @@ impl PeersHandle {
         markers: Markers,
     ) -> oneshot::Receiver<Vec<(TxnMember, CoreResult<()>)>> {
         self.queue(|reply| PeerCall::WriteMarkers { to, markers, reply }).await
+    }
+
+    /// Queues a fence for the peer; the receiver resolves once the peer applied it.
+    pub async fn queue_fence(
+        &self,
+        to: Endpoint,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> oneshot::Receiver<CoreResult<()>> {
+        self.queue(|reply| PeerCall::Fence { to, producer_id, producer_epoch, reply }).await
     }
 
     pub async fn verify(

@@ -267,8 +267,6 @@ struct GroupCoordinator<E: Env> {
     claims: Claims<E::Volume>,
     /// Groups this broker owns: group id -> (epoch, lease session).
     held: BTreeMap<String, (u32, u64)>,
-    /// Groups given up whose release could not be written yet.
-    unreleased: BTreeMap<String, u32>,
 }
 
 /// Starts the coordinator and takes over the groups with offsets that the view gives it.
@@ -290,7 +288,6 @@ pub async fn start<E: Env>(
         claims: Claims::new(env.volume().clone()),
         membership,
         held: BTreeMap::new(),
-        unreleased: BTreeMap::new(),
     };
     coordinator.reconcile().await;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
@@ -324,7 +321,6 @@ impl<E: Env> GroupCoordinator<E> {
             Ok(None) => return Err(CoreError::CoordinatorLoadInProgress),
             Err(e) => return Err(CoreError::Storage(e.to_string())),
         };
-        self.unreleased.remove(group_id);
         if let Err(e) = self.offsets.acquire(group_id, claimed.epoch).await {
             // Reported, never guessed at: the group stays unavailable, and the claim ours.
             tracing::error!(group = group_id, error = ?e, "cannot load the group's offsets");
@@ -364,24 +360,15 @@ impl<E: Env> GroupCoordinator<E> {
         self.release(group_id.to_string(), epoch).await;
     }
 
+    /// Writes the release of a group given up (retried by `Claims` if the volume refuses).
     async fn release(&mut self, group_id: String, epoch: u32) {
-        match self.claims.release(Kind::Group, &group_key(&group_id), epoch).await {
-            Ok(()) => {
-                self.unreleased.remove(&group_id);
-            }
-            Err(e) => {
-                tracing::warn!(group = %group_id, error = %e, "cannot release a group yet; will retry");
-                self.unreleased.insert(group_id, epoch);
-            }
-        }
+        self.claims.release(Kind::Group, &group_key(&group_id), epoch).await;
     }
 
     /// Gives up the groups the view moved away (or that a lapsed lease session held), and takes
     /// over those with offsets on the volume that it gives this broker.
     async fn reconcile(&mut self) {
-        for (group_id, epoch) in std::mem::take(&mut self.unreleased) {
-            self.release(group_id, epoch).await;
-        }
+        self.claims.retry_releases().await;
         let view = self.membership.view();
         let now = self.env.clock().monotonic();
         let held: Vec<(String, u64)> = self.held.iter().map(|(g, &(_, s))| (g.clone(), s)).collect();

@@ -87,7 +87,7 @@ enum Command {
         member: TxnMember,
         reply: oneshot::Sender<CoreResult<()>>,
     },
-    Describe(Vec<String>, oneshot::Sender<Vec<(String, Option<TxnEntry>)>>),
+    Describe(Vec<String>, oneshot::Sender<Vec<(String, CoreResult<Option<TxnEntry>>)>>),
     List(oneshot::Sender<Vec<TxnEntry>>),
     /// From a dispatch task: the markers and offsets of this prepared entry are durable (or not).
     Dispatched {
@@ -193,8 +193,9 @@ impl TxnCoordinatorHandle {
         self.ask(|reply| Command::Verify { transactional_id, producer_id, producer_epoch, member, reply }).await
     }
 
-    /// The entries of the named transactional ids (None: unknown).
-    pub async fn describe(&self, ids: Vec<String>) -> CoreResult<Vec<(String, Option<TxnEntry>)>> {
+    /// The entries of the named transactional ids (None: unknown), or why this broker cannot
+    /// say (NOT_COORDINATOR: a peer coordinates the id).
+    pub async fn describe(&self, ids: Vec<String>) -> CoreResult<Vec<(String, CoreResult<Option<TxnEntry>>)>> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Command::Describe(ids, reply)).await.map_err(|_| CoreError::CoordinatorNotAvailable)?;
         rx.await.map_err(|_| CoreError::CoordinatorNotAvailable)
@@ -240,7 +241,12 @@ struct TxnCoordinator<E: Env> {
     /// Slots this broker coordinates now: the ownership epoch it claimed each under and the
     /// lease session it claimed it in. A slot (re)gained is claimed anew and read again.
     owned_slots: BTreeMap<u32, (u32, u64)>,
+    /// When (this broker's wall clock) each owned slot was taken: its transactions' timeouts
+    /// run from then at the earliest, since their start times came from another clock.
+    taken_at_ms: BTreeMap<u32, i64>,
     claims: Claims<E::Volume>,
+    /// When the fence watcher next reads the peers' slot files.
+    next_watch: Instant,
 }
 
 /// Loads the slot files and starts the coordinator; prepared transactions are finished at once.
@@ -282,7 +288,9 @@ pub async fn start<E: Env>(
         membership,
         peers,
         owned_slots: BTreeMap::new(),
+        taken_at_ms: BTreeMap::new(),
         claims,
+        next_watch: env.clock().monotonic(),
     };
     env.spawner().spawn("txn-coordinator", coordinator.run(rx));
     Ok(TxnCoordinatorHandle { tx })
@@ -314,6 +322,10 @@ impl<E: Env> TxnCoordinator<E> {
             let command = tokio::select! {
                 biased;
                 command = rx.recv() => command,
+                _ = self.env.clock().sleep_until(self.next_watch) => {
+                    self.watch_fences().await;
+                    continue;
+                }
                 _ = self.env.clock().sleep_until(deadline) => {
                     self.tick(&mut after).await;
                     self.commit(after).await;
@@ -395,6 +407,7 @@ impl<E: Env> TxnCoordinator<E> {
     /// slots the view gives this broker are taken (read from their files) first, so that a
     /// prepared transaction of a slot gained is finished without waiting for a client.
     async fn tick(&mut self, after: &mut Vec<After>) {
+        self.claims.retry_releases().await;
         for slot in 0..state::SLOTS {
             if let Err(e) = self.own_slot(slot).await
                 && !matches!(e, CoreError::NotCoordinator | CoreError::CoordinatorLoadInProgress)
@@ -424,7 +437,13 @@ impl<E: Env> TxnCoordinator<E> {
             .store
             .iter()
             .filter(|e| self.coordinates(&e.transactional_id))
-            .filter_map(|e| state::time_out(e, now_ms))
+            .filter_map(|e| {
+                // A transaction begun before this broker took its slot is timed from the
+                // take-over: its start time is another broker's wall clock, never trusted.
+                let taken_at = self.taken_at_ms.get(&state::slot(&e.transactional_id)).copied().unwrap_or(i64::MIN);
+                let late_by = taken_at.saturating_sub(e.ongoing_since_ms).max(0);
+                state::time_out(e, now_ms.saturating_sub(late_by))
+            })
             .collect();
         for aborting in timed_out {
             tracing::info!(
@@ -469,6 +488,7 @@ impl<E: Env> TxnCoordinator<E> {
         }
         tracing::info!(slot, epoch = claimed.epoch, "took over transaction slot");
         self.owned_slots.insert(slot, (claimed.epoch, view.session));
+        self.taken_at_ms.insert(slot, self.env.clock().now_ms());
         Ok(())
     }
 
@@ -483,10 +503,30 @@ impl<E: Env> TxnCoordinator<E> {
                 let _ = reply.send(Err(CoreError::NotCoordinator));
             }
         }
-        if let Err(e) = self.claims.release(Kind::TxnSlot, &txn_slot_key(slot), epoch).await {
-            // Harmless: the next owner waits for this broker's lease instead.
-            tracing::warn!(slot, error = %e, "cannot release a transaction slot");
+        self.claims.release(Kind::TxnSlot, &txn_slot_key(slot), epoch).await;
+    }
+
+    /// The fence watcher: every heartbeat, reads the slots peers coordinate and fences this
+    /// broker's partitions against every epoch bump it had not seen. A peer's fast-path fence
+    /// may not have reached this broker (it was starting, or cut off); this is the slow path.
+    async fn watch_fences(&mut self) {
+        self.next_watch =
+            self.env.clock().monotonic() + Duration::from_millis(self.config.broker_heartbeat_interval_ms);
+        let mut bumped = BTreeMap::new();
+        for slot in (0..state::SLOTS).filter(|s| !self.owned_slots.contains_key(s)) {
+            let epoch = match self.claims.current(Kind::TxnSlot, &txn_slot_key(slot)).await {
+                Ok(current) => current.map_or(0, |c| c.epoch),
+                Err(e) => {
+                    tracing::debug!(slot, error = %e, "fence watcher cannot read a slot's claim");
+                    continue;
+                }
+            };
+            match self.store.refresh_slot(slot, epoch).await {
+                Ok(changed) => bumped.extend(changed),
+                Err(e) => tracing::debug!(slot, error = %e, "fence watcher cannot read a slot"),
+            }
         }
+        fence_everywhere(&self.topics, Arc::new(bumped)).await;
     }
 
     /// Whether the transactional id's slot is this broker's now, by the view alone (for the
@@ -545,17 +585,18 @@ impl<E: Env> TxnCoordinator<E> {
                 after.push(After::Reply(reply, result));
             }
             Command::Describe(ids, reply) => {
-                let described = ids
-                    .into_iter()
-                    .map(|id| {
-                        let entry = self.store.get(&id).cloned();
-                        (id, entry)
-                    })
-                    .collect();
+                let mut described = Vec::new();
+                for id in ids {
+                    let entry = self.own_slot(state::slot(&id)).await.map(|()| self.store.get(&id).cloned());
+                    described.push((id, entry));
+                }
                 let _ = reply.send(described);
             }
             Command::List(reply) => {
-                let _ = reply.send(self.store.iter().cloned().collect());
+                // The store also holds peers' slots as last read (for fences): not this
+                // broker's to list.
+                let _ =
+                    reply.send(self.store.iter().filter(|e| self.coordinates(&e.transactional_id)).cloned().collect());
             }
             Command::Dispatched { entry, result } => self.dispatched(entry, result, after),
         }
@@ -690,13 +731,38 @@ impl<E: Env> TxnCoordinator<E> {
     }
 
     /// Refuses the producer's older epochs on every partition now, whether or not its next
-    /// transaction ever writes there.
+    /// transaction ever writes there: here, and on every live peer (fast path). A peer that
+    /// does not answer in time learns it from the slot files (`watch_fences`) within a
+    /// heartbeat, and a partition's next owner from those files when its broker starts.
     async fn fence(&self, producer_id: i64, producer_epoch: i16) {
         fence_everywhere(&self.topics, Arc::new(BTreeMap::from([(producer_id, producer_epoch)]))).await;
+        if crate::mutant!(FenceNotSentToPeers) {
+            return;
+        }
+        let view = self.membership.view();
+        let mut asked = Vec::new();
+        for to in view.peers_with_lease() {
+            asked.push(self.peers.queue_fence(to, producer_id, producer_epoch).await);
+        }
+        let deadline = self.env.clock().monotonic() + Duration::from_millis(FENCE_WAIT_MS);
+        for answer in asked {
+            tokio::select! {
+                biased;
+                answered = answer => {
+                    if !matches!(answered, Ok(Ok(()))) {
+                        tracing::debug!(producer_id, producer_epoch, ?answered, "a peer did not take a fence; its watcher will");
+                    }
+                }
+                _ = self.env.clock().sleep_until(deadline) => break,
+            }
+        }
     }
 }
 
-async fn fence_everywhere(topics: &TopicsHandle, epochs: Arc<BTreeMap<i64, i16>>) {
+/// How long a fence waits for peers to apply it before the bump is answered anyway.
+const FENCE_WAIT_MS: u64 = 2000;
+
+pub(crate) async fn fence_everywhere(topics: &TopicsHandle, epochs: Arc<BTreeMap<i64, i16>>) {
     if epochs.is_empty() {
         return;
     }
@@ -706,6 +772,9 @@ async fn fence_everywhere(topics: &TopicsHandle, epochs: Arc<BTreeMap<i64, i16>>
             partition.fence(epochs.clone()).await;
         }
     }
+    // Queued on every partition above before this returns; the topics actor keeps them for
+    // the partitions it starts later.
+    topics.fence(epochs).await;
 }
 
 /// Writes the markers of a prepared transaction into every partition it touched and ends the

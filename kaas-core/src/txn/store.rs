@@ -112,6 +112,22 @@ impl<V: Volume> TxnStore<V> {
         Ok(())
     }
 
+    /// Reads slot `n`, which a peer coordinates under `epoch`, again: its entries as they are
+    /// now, and the producers whose epoch moved up since they were last read (to fence).
+    pub async fn refresh_slot(&mut self, n: u32, epoch: u32) -> CoreResult<BTreeMap<i64, i16>> {
+        assert!(!self.epochs.contains_key(&n), "a slot this broker owns is not read back");
+        let fresh = read_slot(&self.volume, n, epoch).await?.map(|(_, e)| e).unwrap_or_default();
+        let mut bumped = BTreeMap::new();
+        for entry in fresh {
+            let known = self.entries.get(&entry.transactional_id);
+            if known.is_none_or(|k| (k.producer_id, k.producer_epoch) != (entry.producer_id, entry.producer_epoch)) {
+                bumped.insert(entry.producer_id, entry.producer_epoch);
+            }
+            self.entries.insert(entry.transactional_id.clone(), entry);
+        }
+        Ok(bumped)
+    }
+
     /// Gives slot `n` up: its entries stay readable (for fences), and nothing of it is written.
     pub fn give_up_slot(&mut self, n: u32) {
         self.epochs.remove(&n);

@@ -256,6 +256,12 @@ pub async fn write_txn_markers<E: Env>(
     let snapshot = ctx.broker.topics.snapshot();
     let mut markers = Vec::new();
     for m in request.markers {
+        if m.topics.is_empty() {
+            // A peer coordinator's fence (`kaas_core::cluster::peers`).
+            ctx.broker.fence_here(m.producer_id.0, m.producer_epoch).await;
+            markers.push(WritableTxnMarkerResult::default().with_producer_id(m.producer_id));
+            continue;
+        }
         let marker = if m.transaction_result { Marker::Commit } else { Marker::Abort };
         let mut queued = Vec::new();
         for t in &m.topics {
@@ -359,12 +365,16 @@ pub async fn describe_transactions<E: Env>(
     DescribeTransactionsResponse::default().with_transaction_states(states)
 }
 
-fn describe_one(id: &str, entry: Option<TxnEntry>) -> describe_transactions_response::TransactionState {
+fn describe_one(id: &str, entry: CoreResult<Option<TxnEntry>>) -> describe_transactions_response::TransactionState {
     let state = describe_transactions_response::TransactionState::default()
         .with_transactional_id(TransactionalId(text(id)))
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1)
         .with_transaction_start_time_ms(-1);
+    let entry = match entry {
+        Ok(entry) => entry,
+        Err(e) => return state.with_error_code(error::code(&e)),
+    };
     let Some(entry) = entry else {
         return state
             .with_error_code(error::code(&CoreError::TransactionalIdNotFound))

@@ -37,7 +37,7 @@ pub struct Leases {
 }
 
 impl Leases {
-    fn draw(rng: &mut ChaCha8Rng) -> Leases {
+    pub fn draw(rng: &mut ChaCha8Rng) -> Leases {
         if rng.random_bool(0.3) {
             return Leases::defaults();
         }
@@ -61,18 +61,22 @@ impl Leases {
     }
 
     fn config(&self) -> BrokerConfig {
+        self.apply(BrokerConfig { group_initial_rebalance_delay_ms: 0, ..BrokerConfig::default() })
+    }
+
+    /// `config` with these lease settings.
+    pub fn apply(&self, config: BrokerConfig) -> BrokerConfig {
         BrokerConfig {
             broker_session_timeout_ms: self.session_timeout_ms,
             broker_heartbeat_interval_ms: self.heartbeat_interval_ms,
             broker_lease_drift_margin_ms: self.drift_margin_ms,
             broker_ownership_settle_ms: self.settle_ms,
-            group_initial_rebalance_delay_ms: 0,
-            ..BrokerConfig::default()
+            ..config
         }
     }
 
     /// The largest clock rate difference the drift margin covers, parts per million, with room.
-    fn drift_ppm_max(&self) -> i64 {
+    pub fn drift_ppm_max(&self) -> i64 {
         (self.drift_margin_ms * 1_000_000 / self.session_timeout_ms / 2) as i64
     }
 }
@@ -84,7 +88,8 @@ pub struct Cluster {
     pub load: Load,
 }
 
-fn brokers(rng: &mut ChaCha8Rng) -> Vec<BrokerSpec> {
+/// 3 to 5 brokers on one data directory.
+pub fn brokers(rng: &mut ChaCha8Rng) -> Vec<BrokerSpec> {
     (0..rng.random_range(3..=5))
         .map(|i| BrokerSpec {
             host: format!("kaas-{i}"),
@@ -116,6 +121,18 @@ impl Cluster {
 
     fn run(&self, seed: u64, scenario: &str) -> RunResult {
         self.load.run(seed, &self.common, self.leases.config(), scenario)
+    }
+}
+
+/// A world's brokers and fault plan: one broker, or (with `leases`) a cluster of 3 to 5 on one
+/// data directory whose clocks drift no more than the margin covers.
+pub fn draw_common(rng: &mut ChaCha8Rng, leases: Option<&Leases>, mix: FaultMix) -> Common {
+    match leases {
+        None => Common::draw(rng, mix),
+        Some(l) => {
+            let brokers = brokers(rng);
+            Common::draw_with(rng, brokers, FaultMix { drift_ppm_max: l.drift_ppm_max().min(mix.drift_ppm_max), ..mix })
+        }
     }
 }
 

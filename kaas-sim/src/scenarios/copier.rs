@@ -17,6 +17,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use super::cluster::{self, Leases};
 use super::common::{self, Common, FaultMix};
 use super::{RunResult, World};
 use crate::checkers::copier as copy_check;
@@ -42,11 +43,16 @@ pub struct Copier {
     pub pause_per_mille: u32,
     pub transaction_timeout_ms: i32,
     pub segment_bytes: u64,
+    /// A cluster world (`cluster-copier`): the coordinator, the group and the partitions of
+    /// `in` and `out` spread over 3 to 5 brokers on one data directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leases: Option<Leases>,
 }
 
-impl World for Copier {
-    fn draw(seed: u64) -> Copier {
+impl Copier {
+    fn draw_on(seed: u64, cluster: bool) -> Copier {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let leases = cluster.then(|| Leases::draw(&mut rng));
         let partitions = rng.random_range(1..=3);
         let records_per_partition = rng.random_range(20..80);
         let armed = rng.random_bool(0.5);
@@ -56,7 +62,7 @@ impl World for Copier {
             clock_steps: false,
             drift_ppm_max: 1000,
         };
-        let mut common = Common::draw(&mut rng, mix);
+        let mut common = cluster::draw_common(&mut rng, leases.as_ref(), mix);
         if let Some(point) = crash_point {
             common.arm(point);
         }
@@ -69,15 +75,16 @@ impl World for Copier {
             pause_per_mille: rng.random_range(0..600),
             transaction_timeout_ms: rng.random_range(3_000..10_000),
             segment_bytes: rng.random_range(2048..32_768),
+            leases,
         }
     }
 
-    fn common(&self) -> &Common {
-        &self.common
-    }
-
-    fn run(&self, seed: u64) -> RunResult {
+    fn run_as(&self, scenario: &str, seed: u64) -> RunResult {
         let config = BrokerConfig { log_segment_bytes: self.segment_bytes, ..BrokerConfig::default() };
+        let config = match &self.leases {
+            Some(leases) => leases.apply(config),
+            None => config,
+        };
         let mut run = common::start(seed, &self.common, SIM_SECONDS_MAX, &config);
         let world = workloads::shared(self.common.hosts(), &run.history);
         let progress = SharedProgress::default();
@@ -88,7 +95,54 @@ impl World for Copier {
         if violations.is_empty() {
             violations = copy_check::check(&progress.lock().unwrap().copies, INPUT, OUTPUT);
         }
-        run.finish("txn-copier", seed, violations)
+        run.finish(scenario, seed, violations)
+    }
+}
+
+impl World for Copier {
+    fn draw(seed: u64) -> Copier {
+        Copier::draw_on(seed, false)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.leases.is_some() {
+            return Err("a cluster world is not a txn-copier world".into());
+        }
+        self.common.check()
+    }
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn run(&self, seed: u64) -> RunResult {
+        self.run_as("txn-copier", seed)
+    }
+}
+
+/// `cluster-copier`: the copier on a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ClusterCopier(pub Copier);
+
+impl World for ClusterCopier {
+    fn draw(seed: u64) -> Self {
+        ClusterCopier(Copier::draw_on(seed, true))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.0.leases.is_none() {
+            return Err("a one-broker world is not a cluster-copier world".into());
+        }
+        self.0.common.check()
+    }
+
+    fn common(&self) -> &Common {
+        &self.0.common
+    }
+
+    fn run(&self, seed: u64) -> RunResult {
+        self.0.run_as("cluster-copier", seed)
     }
 }
 

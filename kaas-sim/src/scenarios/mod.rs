@@ -116,6 +116,14 @@ pub const ALL: &[Scenario] = &[
         "txn-copier",
         "consume-transform-produce copiers committing offsets in their transactions, pausing and resuming as zombies",
     ),
+    scenario::<transactions::ClusterTxn>(
+        "cluster-txn",
+        "the txn-crash, txn-zombie and txn-timeout worlds on 3-5 brokers: coordinator, partitions and readers apart",
+    ),
+    scenario::<copier::ClusterCopier>(
+        "cluster-copier",
+        "the copier on 3-5 brokers: coordinator, group, input and output partitions on different brokers",
+    ),
     scenario::<topics::TopicChurn>(
         "topic-churn",
         "a topic deleted and created again under its producers, the broker crashing mid-deletion: no record outlives its topic",

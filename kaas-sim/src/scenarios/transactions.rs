@@ -25,6 +25,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use super::cluster::{self, Leases};
 use super::common::{self, Common, FaultMix};
 use super::{RunResult, World};
 use crate::checkers::transactions::{self as txn_check, Fate};
@@ -67,11 +68,20 @@ pub struct Txn {
     pub segment_bytes: u64,
     /// `retention.bytes` of the topic's partitions (-1: none), checked every 200 ms.
     pub retention_bytes: i64,
+    /// A cluster world (`cluster-txn`): 3 to 5 brokers on one data directory with these lease
+    /// settings, so that the coordinator, the partitions and the readers' brokers differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leases: Option<Leases>,
 }
 
 impl Txn {
     fn draw(mode: Mode, seed: u64) -> Txn {
+        Txn::draw_on(mode, seed, false)
+    }
+
+    fn draw_on(mode: Mode, seed: u64, cluster: bool) -> Txn {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let leases = cluster.then(|| Leases::draw(&mut rng));
         let producers = rng.random_range(1..=3);
         let txns_per_producer = rng.random_range(8..25);
         let armed = mode == Mode::Crash && rng.random_bool(0.5);
@@ -79,7 +89,7 @@ impl Txn {
         // No clock steps: a step forward is the reaper's cue, which the LSO check cannot tell
         // from a broker bug. Slow drift it allows for.
         let mix = FaultMix { progress_max: producers * txns_per_producer, clock_steps: false, drift_ppm_max: 1000 };
-        let mut common = Common::draw(&mut rng, mix);
+        let mut common = cluster::draw_common(&mut rng, leases.as_ref(), mix);
         match crash_point {
             Some(point) => common.arm(point),
             // Zombie and timeout worlds: half of them without broker crashes.
@@ -111,6 +121,7 @@ impl Txn {
             segment_bytes,
             retention_bytes,
             common,
+            leases,
         }
     }
 
@@ -133,6 +144,10 @@ impl Txn {
             log_retention_check_interval_ms: 200,
             transaction_cleanup_interval_ms: self.cleanup_interval_ms,
             ..BrokerConfig::default()
+        };
+        let config = match &self.leases {
+            Some(leases) => leases.apply(config),
+            None => config,
         };
         let mut run = common::start(seed, &self.common, SIM_SECONDS_MAX, &config);
         let world = workloads::shared(self.common.hosts(), &run.history);
@@ -160,7 +175,7 @@ macro_rules! txn_world {
             }
 
             fn check(&self) -> Result<(), String> {
-                if self.0.mode != $mode {
+                if self.0.mode != $mode || self.0.leases.is_some() {
                     return Err(format!("a {:?} world is not a {} world", self.0.mode, $scenario));
                 }
                 self.0.common.check()
@@ -180,6 +195,33 @@ macro_rules! txn_world {
 txn_world!(TxnCrash, Mode::Crash, "txn-crash");
 txn_world!(TxnZombie, Mode::Zombie, "txn-zombie");
 txn_world!(TxnTimeout, Mode::Timeout, "txn-timeout");
+
+/// `cluster-txn`: the three modes above, drawn per seed, on a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ClusterTxn(pub Txn);
+
+impl World for ClusterTxn {
+    fn draw(seed: u64) -> Self {
+        let mode = [Mode::Crash, Mode::Zombie, Mode::Timeout][(seed % 3) as usize];
+        ClusterTxn(Txn::draw_on(mode, seed, true))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.0.leases.is_none() {
+            return Err("a one-broker world is not a cluster-txn world".into());
+        }
+        self.0.common.check()
+    }
+
+    fn common(&self) -> &Common {
+        &self.0.common
+    }
+
+    fn run(&self, seed: u64) -> RunResult {
+        self.0.run("cluster-txn", seed)
+    }
+}
 
 /// One transactional id: `txns_per_producer` attempts by one instance, or (zombie mode) by
 /// two, the second fencing the first, which then goes on as a zombie.

@@ -27,6 +27,10 @@ pub const RETRY_MS: u64 = 50;
 /// A broker that answers the same retriable code this many times in a row is misleading its
 /// client (a fenced producer told to retry): the workload stops and says so (`wrong-error`).
 pub const RETRIABLE_STREAK_MAX: u32 = 100;
+/// ... and for this long at least: in a cluster, a coordinator whose previous owner died
+/// answers "not yet" for its lease, its drift margin and a settle period, up to some 30 s of
+/// the longest leases drawn.
+pub const RETRIABLE_STREAK_MS: u64 = 40_000;
 
 pub async fn backoff() {
     tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::{RETRIABLE_STREAK_MAX, Shared, backoff};
+use super::{RETRIABLE_STREAK_MAX, RETRIABLE_STREAK_MS, Shared, backoff};
 use crate::checkers::transactions::{Attempt, Fate, Opened, TxnHistory};
 use crate::client::{Client, Outcome, ProducerStamp};
 use crate::history::outcome_name;
@@ -67,20 +67,22 @@ impl Txns {
 struct Streak {
     code: i16,
     count: u32,
+    since: tokio::time::Instant,
 }
 
 impl Streak {
     fn new() -> Streak {
-        Streak { code: 0, count: 0 }
+        Streak { code: 0, count: 0, since: tokio::time::Instant::now() }
     }
 
     /// Another retriable `code`: false once it has come too many times in a row.
     fn again(&mut self, code: i16, who: &str, op: &str, world: &Shared) -> bool {
         if code != self.code {
-            (self.code, self.count) = (code, 0);
+            (self.code, self.count, self.since) = (code, 0, tokio::time::Instant::now());
         }
         self.count += 1;
-        if self.count < RETRIABLE_STREAK_MAX || code == crate::client::NOT_SENT {
+        let long = self.since.elapsed() >= std::time::Duration::from_millis(RETRIABLE_STREAK_MS);
+        if self.count < RETRIABLE_STREAK_MAX || !long || code == crate::client::NOT_SENT {
             return true;
         }
         world.lock().unwrap().violations.push(format!(
