@@ -190,3 +190,82 @@ async fn an_idempotent_stream_survives_sigkill_and_sigstop_of_owners_exactly_onc
     }
     assert_eq!(seen, RECORDS, "every acked record is at its acked offset");
 }
+
+/// Counts the rebalances a librdkafka consumer goes through.
+#[derive(Default)]
+struct Rebalances(std::sync::atomic::AtomicUsize);
+
+impl rdkafka::ClientContext for Rebalances {}
+
+impl rdkafka::consumer::ConsumerContext for Rebalances {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, _: &rdkafka::consumer::Rebalance<'_>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The broker that holds `group`'s newest claim, as the volume says.
+fn group_owner(data_dir: &std::path::Path, group: &str) -> i32 {
+    let dir = data_dir.join("__cluster/owners/groups").join(format!("group-{group}"));
+    let newest = std::fs::read_dir(&dir)
+        .expect("the group is claimed")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".json"))
+        .max()
+        .expect("a claim");
+    // The claim is one line of JSON, e.g. {"format_version":1,"epoch":2,"broker_id":1,...}.
+    let claim = std::fs::read_to_string(dir.join(newest)).unwrap();
+    let id = claim.split("\"broker_id\":").nth(1).expect("a broker id");
+    id.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+}
+
+/// Apache keeps a group's generation, members and assignment durable, so that a new
+/// coordinator carries a stable group on. Here the group's coordinator is SIGKILLed: the
+/// consumer finds the new one and goes on heartbeating in its generation, with no rebalance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stable_group_goes_on_without_a_rebalance_when_its_coordinator_is_killed() {
+    let mut brokers = Kaas::cluster("cluster-group", 3, SETTINGS);
+    let bootstrap: String = brokers.iter().map(|k| k.bootstrap()).collect::<Vec<_>>().join(",");
+    for b in &brokers {
+        wait_for_brokers(&b.bootstrap(), &[0, 1, 2]);
+    }
+    std::thread::sleep(Duration::from_millis(2 * SESSION_TIMEOUT_MS));
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).create().expect("admin");
+    let created = admin
+        .create_topics(&[NewTopic::new("steady", PARTITIONS, TopicReplication::Fixed(1))], &AdminOptions::new())
+        .await
+        .expect("create");
+    assert!(created[0].is_ok(), "{created:?}");
+    let consumer: BaseConsumer<Rebalances> = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "steady")
+        .set("session.timeout.ms", "30000")
+        .set("heartbeat.interval.ms", "300")
+        .set("reconnect.backoff.ms", "20")
+        .set("reconnect.backoff.max.ms", "200")
+        .create_with_context(Rebalances::default())
+        .expect("consumer");
+    consumer.subscribe(&["steady"]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while consumer.assignment().unwrap().count() < PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "the consumer never got its assignment");
+        consumer.poll(Duration::from_millis(100));
+    }
+    // A few heartbeats in the formed generation, then the coordinator dies.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        consumer.poll(Duration::from_millis(100));
+    }
+    let before = consumer.context().0.load(std::sync::atomic::Ordering::SeqCst);
+    let coordinator = group_owner(&brokers[0].data_dir, "steady");
+    brokers[coordinator as usize].kill9();
+    // Long enough for the lease to run out, the group to move and heartbeats to reach it.
+    let until = Instant::now() + Duration::from_millis(5 * SESSION_TIMEOUT_MS);
+    while Instant::now() < until {
+        consumer.poll(Duration::from_millis(100));
+    }
+    assert_ne!(group_owner(&brokers[0].data_dir, "steady"), coordinator, "the group moved");
+    let after = consumer.context().0.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(after, before, "no rebalance across the coordinator's death");
+    assert_eq!(consumer.assignment().unwrap().count(), PARTITIONS as usize, "the assignment is kept");
+}

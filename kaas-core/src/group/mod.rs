@@ -330,9 +330,19 @@ impl<E: Env> GroupCoordinator<E> {
             return Err(e);
         }
         self.groups.remove(group_id);
-        if self.offsets.has_offsets(group_id) {
+        let delay = self.config.group_initial_rebalance_delay_ms;
+        let restored =
+            self.offsets.membership(group_id).and_then(|m| Group::restore(group_id.to_string(), delay, m, now));
+        match restored {
+            // Carried on: its members keep their ids, generation and assignments.
+            Some(group) => {
+                self.groups.insert(group_id.to_string(), group);
+            }
             // A group with offsets exists (Empty) whether or not it has members.
-            self.group_mut(group_id);
+            None if self.offsets.has_offsets(group_id) => {
+                self.group_mut(group_id);
+            }
+            None => {}
         }
         self.held.insert(group_id.to_string(), (claimed.epoch, view.session));
         tracing::info!(group = group_id, epoch = claimed.epoch, "took over group");
@@ -427,6 +437,7 @@ impl<E: Env> GroupCoordinator<E> {
                 }
                 _ = self.env.clock().sleep_until(deadline) => {
                     self.tick();
+                    self.persist_memberships().await;
                     continue;
                 }
             };
@@ -438,6 +449,24 @@ impl<E: Env> GroupCoordinator<E> {
                 continue;
             }
             self.handle(command).await;
+            self.persist_memberships().await;
+        }
+    }
+
+    /// Writes the membership of every group whose rebalance ended (or that emptied) since it
+    /// was last written: a new coordinator carries the group on from it.
+    async fn persist_memberships(&mut self) {
+        let changed: Vec<(String, state::GroupMetadata)> = self
+            .groups
+            .values()
+            .filter_map(|g| g.metadata().map(|m| (g.group_id.clone(), m)))
+            .filter(|(id, m)| self.offsets.membership(id) != Some(m))
+            .collect();
+        for (group_id, metadata) in changed {
+            if let Err(e) = self.offsets.set_membership(&group_id, Some(metadata)).await {
+                // The group goes on; a take-over before the next write finds the last one.
+                tracing::warn!(group = %group_id, error = %e, "cannot persist the group's membership");
+            }
         }
     }
 
@@ -527,6 +556,8 @@ impl<E: Env> GroupCoordinator<E> {
                 let mut replies = Vec::new();
                 let answer = group.sync(&member_id, instance.as_deref(), generation_id, assignments, now, &mut replies);
                 group.check_invariants();
+                // The rebalance's end is durable before any member hears of its assignment.
+                self.persist_memberships().await;
                 match answer {
                     Some(result) => drop(reply.send(result)),
                     None => {

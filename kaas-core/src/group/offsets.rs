@@ -15,6 +15,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::TopicPartition;
+use super::state::GroupMetadata;
 use crate::env::{Volume, join};
 use crate::error::{CoreError, CoreResult};
 
@@ -36,6 +37,9 @@ struct GroupOffsetsFile {
     offsets: Vec<OffsetEntry>,
     #[serde(default)]
     pending: Vec<PendingEntry>,
+    /// Generation, members and assignment as of the last rebalance (absent: never formed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    membership: Option<GroupMetadata>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -52,6 +56,7 @@ struct PendingEntry {
 struct GroupOffsets {
     committed: BTreeMap<TopicPartition, CommittedOffset>,
     pending: BTreeMap<i64, BTreeMap<TopicPartition, CommittedOffset>>,
+    membership: Option<GroupMetadata>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -117,6 +122,7 @@ impl<V: Volume> OffsetStore<V> {
         let mut offsets = GroupOffsets {
             committed: file.offsets.into_iter().map(|e| ((e.topic, e.partition), e.committed)).collect(),
             pending: BTreeMap::new(),
+            membership: file.membership,
         };
         for e in file.pending {
             offsets.pending.entry(e.producer_id).or_default().insert((e.topic, e.partition), e.committed);
@@ -137,7 +143,9 @@ impl<V: Volume> OffsetStore<V> {
         }
         let (from, offsets) = found.unwrap_or((0, GroupOffsets::default()));
         self.epochs.insert(group_id.to_string(), epoch);
-        if from != epoch && (!offsets.committed.is_empty() || !offsets.pending.is_empty()) {
+        if from != epoch
+            && (!offsets.committed.is_empty() || !offsets.pending.is_empty() || offsets.membership.is_some())
+        {
             self.persist(group_id, &offsets).await?;
         }
         for e in (0..epoch).rev() {
@@ -151,6 +159,24 @@ impl<V: Volume> OffsetStore<V> {
     pub fn release(&mut self, group_id: &str) {
         self.groups.remove(group_id);
         self.epochs.remove(group_id);
+    }
+
+    /// The group's membership as last written.
+    pub fn membership(&self, group_id: &str) -> Option<&GroupMetadata> {
+        self.groups.get(group_id)?.membership.as_ref()
+    }
+
+    /// Makes the group's membership durable (a no-op if it is already what the file holds).
+    pub async fn set_membership(&mut self, group_id: &str, membership: Option<GroupMetadata>) -> CoreResult<()> {
+        let current = self.groups.get(group_id).and_then(|g| g.membership.as_ref());
+        if current == membership.as_ref() {
+            return Ok(());
+        }
+        let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
+        next.membership = membership;
+        self.persist(group_id, &next).await?;
+        self.groups.insert(group_id.to_string(), next);
+        Ok(())
     }
 
     /// Whether the group has offsets (committed or staged).
@@ -243,6 +269,7 @@ impl<V: Volume> OffsetStore<V> {
                     })
                 })
                 .collect(),
+            membership: offsets.membership.clone(),
         };
         let raw = serde_json::to_vec(&file).expect("serialisable");
         let epoch = self.epochs.get(group_id).copied().unwrap_or(0);

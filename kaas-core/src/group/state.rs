@@ -124,6 +124,44 @@ pub enum JoinAction {
     Done(CoreResult<JoinOutcome>),
 }
 
+/// What a new coordinator needs to carry a stable group on, as Apache keeps it in its
+/// GroupMetadata record: written at the end of every rebalance and when the group empties.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GroupMetadata {
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: Option<String>,
+    pub members: Vec<MemberMetadata>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemberMetadata {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    /// (protocol name, subscription), hex.
+    pub protocols: Vec<(String, String)>,
+    /// Hex.
+    pub assignment: String,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Bytes> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect();
+    bytes.map(Bytes::from)
+}
+
 pub struct Group {
     pub group_id: String,
     pub state: GroupState,
@@ -160,6 +198,75 @@ impl Group {
             initial_delay: Duration::from_millis(initial_delay_ms.max(0) as u64),
             member_counter: 0,
         }
+    }
+
+    /// The group's durable metadata, in the states that end a rebalance (Stable, or Empty once
+    /// it had a generation); `None` while a rebalance is under way.
+    pub fn metadata(&self) -> Option<GroupMetadata> {
+        match self.state {
+            GroupState::Stable => {}
+            GroupState::Empty if self.generation_id > 0 => {}
+            _ => return None,
+        }
+        let members = self
+            .members
+            .values()
+            .map(|m| MemberMetadata {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                session_timeout_ms: m.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                protocols: m.protocols.iter().map(|(n, meta)| (n.clone(), hex(meta))).collect(),
+                assignment: hex(&m.assignment),
+            })
+            .collect();
+        Some(GroupMetadata {
+            generation_id: self.generation_id,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol_name.clone(),
+            leader: self.leader.clone(),
+            members,
+        })
+    }
+
+    /// A group carried on from its durable metadata by a new coordinator: its members keep
+    /// their ids, generation and assignments, and have a session timeout from `now` to be
+    /// heard from. `None` if the metadata does not describe a group that can exist.
+    pub fn restore(group_id: String, initial_delay_ms: i64, metadata: &GroupMetadata, now: Instant) -> Option<Group> {
+        let mut group = Group::new(group_id, initial_delay_ms);
+        group.generation_id = metadata.generation_id;
+        group.protocol_type = metadata.protocol_type.clone();
+        group.protocol_name = metadata.protocol_name.clone();
+        for m in &metadata.members {
+            let protocols: Option<Vec<(String, Bytes)>> =
+                m.protocols.iter().map(|(n, meta)| unhex(meta).map(|b| (n.clone(), b))).collect();
+            let member = Member {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                session_timeout_ms: m.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                protocols: protocols?,
+                assignment: unhex(&m.assignment)?,
+                awaiting_join: false,
+                awaiting_sync: false,
+                last_heard: now,
+            };
+            if let Some(instance) = &member.group_instance_id {
+                group.static_members.insert(instance.clone(), member.member_id.clone());
+            }
+            group.members.insert(member.member_id.clone(), member);
+        }
+        if !group.members.is_empty() {
+            let leader = metadata.leader.clone().filter(|l| group.members.contains_key(l))?;
+            group.leader = Some(leader);
+            group.state = GroupState::Stable;
+        }
+        group.check_invariants();
+        Some(group)
     }
 
     fn transition(&mut self, to: GroupState) {
@@ -775,6 +882,32 @@ mod tests {
         assert_eq!(g.heartbeat(&id, None, 0, now), Err(CoreError::IllegalGeneration));
         assert_eq!(g.heartbeat("stranger", None, 1, now), Err(CoreError::UnknownMemberId));
         g.check_invariants();
+    }
+
+    #[test]
+    fn a_stable_group_is_carried_on_from_its_metadata_by_a_new_coordinator() {
+        let now = start();
+        let mut g = Group::new("g".into(), 0);
+        let mut replies = Vec::new();
+        let id = join_new(&mut g, now, &mut replies);
+        assert_eq!(g.metadata(), None, "nothing is durable mid-rebalance");
+        g.sync(&id, None, 1, vec![(id.clone(), Bytes::from_static(b"\x00all"))], now, &mut replies);
+        let metadata = g.metadata().expect("a stable group has durable metadata");
+        let json = serde_json::to_string(&metadata).unwrap();
+        let read: GroupMetadata = serde_json::from_str(&json).unwrap();
+        let later = now + Duration::from_secs(60);
+        let mut carried = Group::restore("g".into(), 0, &read, later).expect("restorable");
+        assert_eq!(carried.state, GroupState::Stable);
+        assert_eq!(carried.heartbeat(&id, None, 1, later), Ok(()), "same member id and generation");
+        assert_eq!(carried.check_txn_commit(&id, None, 1), Ok(()));
+        assert_eq!(carried.members[&id].assignment, Bytes::from_static(b"\x00all"));
+        assert_eq!(carried.metadata(), Some(metadata.clone()));
+        // A member that is never heard from again expires from the restore on, not before.
+        carried.tick(later + Duration::from_millis(9_999), &mut replies);
+        assert_eq!(carried.state, GroupState::Stable);
+        // Metadata naming a leader that is no member describes no group.
+        let broken = GroupMetadata { leader: Some("nobody".into()), ..metadata };
+        assert!(Group::restore("g".into(), 0, &broken, later).is_none());
     }
 
     #[test]
