@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real clients nobody here wrote, installed from their registries, each running a short script
-# against a kaas broker: produce, consume in a group, commit, read the commit back.
+# against one kaas broker and then a three-broker cluster: produce, consume in a group,
+# commit, read the commit back, and copy in transactions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KAAS=target/release/kaas
@@ -18,21 +19,42 @@ if ls ci/clients/node/*.mjs >/dev/null 2>&1 && [ ! -d ci/clients/node/node_modul
   (cd ci/clients/node && npm install --no-audit --no-fund --silent)
 fi
 
-data=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$KAAS" serve --data-dir "$data" --listen "127.0.0.1:$port" --set group.initial.rebalance.delay.ms=0 2> "$data.log" &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data" "$data.log"' EXIT
-for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+# Every script runs against one broker, then against three brokers on one data directory
+# (short leases, so that ownership settles in seconds): there the partitions, the group and
+# the transaction coordinator are spread over the brokers, and markers cross between them.
+pids=()
+dirs=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "${dirs[@]}"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# start_brokers N: N brokers on one fresh data dir; sets $bootstrap to their list.
+start_brokers() {
+  local n=$1 data port
+  bootstrap=
+  data=$(mktemp -d); dirs+=("$data" "$data.log")
+  for id in $(seq 0 $((n - 1))); do
+    port=$(free_port)
+    "$KAAS" serve --data-dir "$data" --listen "127.0.0.1:$port" --broker-id "$id" \
+      --set group.initial.rebalance.delay.ms=0 --set broker.session.timeout.ms=3000 \
+      --set broker.heartbeat.interval.ms=500 --set broker.lease.drift.margin.ms=500 \
+      --set broker.ownership.settle.ms=1000 > /dev/null 2>> "$data.log" &
+    pids+=($!)
+    for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+    bootstrap="${bootstrap:+$bootstrap,}127.0.0.1:$port"
+  done
+  [ "$n" -eq 1 ] || sleep 4
+}
 
 passed=0; failed=0
-for script in $scripts; do
-  echo "== $script"
-  case "$script" in
-    *.py) runner=ci/.venv/bin/python ;;
-    *.mjs) runner=node ;;
-  esac
-  if timeout 120 "$runner" "$script" "127.0.0.1:$port"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $script"; fi
+for brokers in 1 3; do
+  start_brokers $brokers
+  for script in $scripts; do
+    echo "== $script ($brokers broker(s): $bootstrap)"
+    case "$script" in
+      *.py) runner=ci/.venv/bin/python ;;
+      *.mjs) runner=node ;;
+    esac
+    if timeout 120 "$runner" "$script" "$bootstrap"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $script ($brokers)"; fi
+  done
 done
 echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ] || { tail -50 "$data.log"; exit 1; }
+[ "$failed" -eq 0 ] || { for d in "${dirs[@]}"; do [[ $d == *.log ]] && tail -30 "$d"; done; exit 1; }

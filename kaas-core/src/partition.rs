@@ -63,6 +63,15 @@ pub struct TxnView {
     pub markers_written: u64,
 }
 
+/// An OffsetForLeaderEpoch answer: the owner's epoch now, and the largest epoch up to the one
+/// asked with the offset its records end at (-1 and -1: the log holds no epoch that old).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEnd {
+    pub current_leader_epoch: i32,
+    pub leader_epoch: i32,
+    pub end_offset: i64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isolation {
     ReadUncommitted,
@@ -112,6 +121,10 @@ enum Command {
     },
     MaxTimestamp {
         reply: oneshot::Sender<i64>,
+    },
+    EpochEnd {
+        leader_epoch: i32,
+        reply: oneshot::Sender<CoreResult<EpochEnd>>,
     },
     DeleteRecords {
         offset: i64,
@@ -224,6 +237,12 @@ impl PartitionHandle {
 
     pub async fn offset_for_time(&self, timestamp: i64) -> CoreResult<Option<i64>> {
         self.ask(|reply| Command::OffsetForTime { timestamp, reply }).await.unwrap_or_else(|| Err(stopped()))
+    }
+
+    /// OffsetForLeaderEpoch: where the records of `leader_epoch` (or the newest older epoch)
+    /// end, and the leader epoch this owner serves under.
+    pub async fn epoch_end(&self, leader_epoch: i32) -> CoreResult<EpochEnd> {
+        self.ask(|reply| Command::EpochEnd { leader_epoch, reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 
     pub async fn max_timestamp(&self) -> CoreResult<i64> {
@@ -787,6 +806,13 @@ impl<E: Env> PartitionActor<E> {
             Command::MaxTimestamp { reply } => {
                 let _ = reply.send(log.max_timestamp());
             }
+            Command::EpochEnd { leader_epoch, reply } => {
+                let current = i32::try_from(log.epoch()).unwrap_or(i32::MAX);
+                let found = u32::try_from(leader_epoch).ok().and_then(|e| log.end_offset_for_epoch(e));
+                let (epoch, end_offset) =
+                    found.map_or((-1, -1), |(e, end)| (i32::try_from(e).unwrap_or(i32::MAX), end));
+                let _ = reply.send(Ok(EpochEnd { current_leader_epoch: current, leader_epoch: epoch, end_offset }));
+            }
             Command::DeleteRecords { offset, reply } => {
                 let result = log.delete_records(offset).await.map_err(CoreError::from);
                 // Producers whose every batch is gone are forgotten, as Apache does.
@@ -902,6 +928,7 @@ fn reply_with(command: Command, error: CoreError) {
         Command::DeleteRecords { reply, .. } => drop(reply.send(Err(error()))),
         Command::DescribeProducers { reply } => drop(reply.send(Err(error()))),
         Command::MaxTimestamp { reply } => drop(reply.send(-1)),
+        Command::EpochEnd { reply, .. } => drop(reply.send(Err(error()))),
         Command::Append { reply: None, .. }
         | Command::Fence(_)
         | Command::SetConfig(_)

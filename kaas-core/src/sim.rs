@@ -70,10 +70,13 @@ pub enum Mutant {
     /// A coordinator fences a producer on its own broker's partitions only: the peers'
     /// partitions take the fenced epoch's late batches.
     FenceNotSentToPeers,
+    /// A broker claims a thing its view gives it without waiting for the holder to release it
+    /// or for the holder's lease to run out.
+    TakeoverBeforeLeaseExpiry,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 23] = [
+    pub const ALL: [Mutant; 24] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -97,6 +100,7 @@ impl Mutant {
         Mutant::FencedAnsweredRetriable,
         Mutant::AckWithoutLeaseCheck,
         Mutant::FenceNotSentToPeers,
+        Mutant::TakeoverBeforeLeaseExpiry,
     ];
 
     pub fn name(self) -> &'static str {
@@ -124,6 +128,7 @@ impl Mutant {
             Mutant::FencedAnsweredRetriable => "fenced-answered-retriable",
             Mutant::AckWithoutLeaseCheck => "ack-without-lease-check",
             Mutant::FenceNotSentToPeers => "fence-not-sent-to-peers",
+            Mutant::TakeoverBeforeLeaseExpiry => "takeover-before-lease-expiry",
         }
     }
 

@@ -24,6 +24,11 @@ use crate::partition::{self, PartitionHandle};
 
 pub const TOPICS_DIR: &str = "__cluster/topics";
 /// Dynamic broker settings (IncrementalAlterConfigs on the broker resource).
+/// How often a client's request can make this broker look for one unknown topic's file.
+const REFRESH_MS: u64 = 200;
+/// Unknown topic names remembered for that, at most.
+const REFRESHED_MAX: usize = 10_000;
+
 pub const BROKER_CONFIGS_FILE: &str = "__cluster/broker-configs.json";
 const BROKER_CONFIGS_FORMAT_VERSION: u32 = 1;
 const TOPIC_FORMAT_VERSION: u32 = 1;
@@ -114,6 +119,8 @@ enum Command {
     /// Producer epochs to refuse below, for every partition of this broker, those it starts
     /// later included.
     Fence(Arc<BTreeMap<i64, i16>>),
+    /// Topics a client named that this broker does not know: read their files now.
+    Refresh(Vec<String>, oneshot::Sender<()>),
 }
 
 #[derive(Clone)]
@@ -180,6 +187,17 @@ impl TopicsHandle {
         }
     }
 
+    /// Reads the files of `names`, topics a client named that this broker does not know (yet),
+    /// and claims what the view gives it of them: a peer's CreateTopics is served here at once,
+    /// not a heartbeat later. At most once per topic name in `REFRESH_MS`.
+    pub async fn refresh(&self, names: Vec<String>) {
+        let snapshot = self.snapshot();
+        let unknown: Vec<String> = names.into_iter().filter(|n| !snapshot.topics.contains_key(n)).collect();
+        if !unknown.is_empty() {
+            self.ask(|reply| Command::Refresh(unknown, reply)).await;
+        }
+    }
+
     /// Records fences for every partition this broker starts from now on too: a partition
     /// of a topic this broker learns of later must refuse a producer's fenced epochs as well.
     pub async fn fence(&self, epochs: Arc<BTreeMap<i64, i16>>) {
@@ -225,6 +243,8 @@ struct TopicManager<E: Env> {
     claims: Claims<E::Volume>,
     /// Every fence applied on this broker (producer id -> epoch), for partitions started later.
     fences: BTreeMap<i64, i16>,
+    /// When each unknown topic name was last looked up by `refresh`.
+    refreshed: BTreeMap<String, tokio::time::Instant>,
     /// Partitions this broker serves: (topic, partition) -> (epoch, lease session).
     owned: BTreeMap<(String, i32), (u32, u64)>,
 }
@@ -255,6 +275,7 @@ pub async fn start<E: Env>(
         membership,
         claims: Claims::new(env.volume().clone()),
         fences: BTreeMap::new(),
+        refreshed: BTreeMap::new(),
         owned: BTreeMap::new(),
     };
     manager.load().await?;
@@ -312,6 +333,7 @@ impl<E: Env> TopicManager<E> {
     /// changes. Names come from a listing (new topics may show late on NFS); a topic missing
     /// from it is confirmed by reading its file by name before it is dropped.
     async fn rescan(&mut self) {
+        self.rescan_broker_configs().await;
         let listed = match self.env.volume().list(TOPICS_DIR).await {
             Ok(names) => names,
             Err(e) => {
@@ -325,51 +347,57 @@ impl<E: Env> TopicManager<E> {
         names.dedup();
         let mut changed = false;
         for name in names {
-            let meta = match self.read_meta(&name).await {
-                Ok(meta) => meta,
-                Err(e) => {
-                    // Never guessed at: what this broker knows of the topic stands.
-                    tracing::warn!(topic = %name, error = %e, "unreadable topic metadata");
-                    continue;
-                }
-            };
-            let known = self.topics.get(&name).cloned();
-            match (meta, known) {
-                (None, None) => {}
-                (None, Some(state)) => {
-                    tracing::info!(topic = %name, "topic deleted by a peer");
-                    self.topics.remove(&name);
-                    self.stop_topic(&state, false).await;
-                    changed = true;
-                }
-                (Some(meta), Some(state)) if meta.topic_id != state.meta.topic_id => {
-                    self.topics.remove(&name);
-                    self.stop_topic(&state, false).await;
-                    let state = self.start_partitions(meta, 0, Vec::new()).await;
-                    self.topics.insert(name, Arc::new(state));
-                    changed = true;
-                }
-                (Some(meta), Some(state)) if meta != state.meta => {
-                    let settings = self.effective.partition_settings(&meta.configs);
-                    for p in &state.partitions {
-                        p.set_config(settings).await;
-                    }
-                    let from = state.meta.partitions.min(meta.partitions);
-                    let existing = state.partitions.clone();
-                    let state = self.start_partitions(meta, from, existing).await;
-                    self.topics.insert(name, Arc::new(state));
-                    changed = true;
-                }
-                (Some(_), Some(_)) => {}
-                (Some(meta), None) => {
-                    let state = self.start_partitions(meta, 0, Vec::new()).await;
-                    self.topics.insert(name, Arc::new(state));
-                    changed = true;
-                }
-            }
+            changed |= self.rescan_topic(name).await;
         }
         if changed {
             self.publish();
+        }
+    }
+
+    /// Reads one topic's file again and takes on what a peer changed: a creation, deletion,
+    /// re-creation, new partitions or configs. Whether anything changed.
+    async fn rescan_topic(&mut self, name: String) -> bool {
+        let meta = match self.read_meta(&name).await {
+            Ok(meta) => meta,
+            Err(e) => {
+                // Never guessed at: what this broker knows of the topic stands.
+                tracing::warn!(topic = %name, error = %e, "unreadable topic metadata");
+                return false;
+            }
+        };
+        let known = self.topics.get(&name).cloned();
+        match (meta, known) {
+            (None, None) => false,
+            (None, Some(state)) => {
+                tracing::info!(topic = %name, "topic deleted by a peer");
+                self.topics.remove(&name);
+                self.stop_topic(&state, false).await;
+                true
+            }
+            (Some(meta), Some(state)) if meta.topic_id != state.meta.topic_id => {
+                self.topics.remove(&name);
+                self.stop_topic(&state, false).await;
+                let state = self.start_partitions(meta, 0, Vec::new()).await;
+                self.topics.insert(name, Arc::new(state));
+                true
+            }
+            (Some(meta), Some(state)) if meta != state.meta => {
+                let settings = self.effective.partition_settings(&meta.configs);
+                for p in &state.partitions {
+                    p.set_config(settings).await;
+                }
+                let from = state.meta.partitions.min(meta.partitions);
+                let existing = state.partitions.clone();
+                let state = self.start_partitions(meta, from, existing).await;
+                self.topics.insert(name, Arc::new(state));
+                true
+            }
+            (Some(_), Some(_)) => false,
+            (Some(meta), None) => {
+                let state = self.start_partitions(meta, 0, Vec::new()).await;
+                self.topics.insert(name, Arc::new(state));
+                true
+            }
         }
     }
 
@@ -484,6 +512,29 @@ impl<E: Env> TopicManager<E> {
             };
             match command {
                 None => return,
+                Some(Command::Refresh(names, reply)) => {
+                    let now = self.env.clock().monotonic();
+                    if self.refreshed.len() > REFRESHED_MAX {
+                        self.refreshed.clear();
+                    }
+                    let mut changed = false;
+                    for name in names {
+                        if self
+                            .refreshed
+                            .get(&name)
+                            .is_some_and(|&at| now < at + std::time::Duration::from_millis(REFRESH_MS))
+                        {
+                            continue;
+                        }
+                        self.refreshed.insert(name.clone(), now);
+                        changed |= self.rescan_topic(name).await;
+                    }
+                    if changed {
+                        self.publish();
+                        self.reconcile().await;
+                    }
+                    let _ = reply.send(());
+                }
                 Some(Command::Fence(epochs)) => {
                     for (&producer_id, &producer_epoch) in epochs.iter() {
                         let fenced = self.fences.entry(producer_id).or_insert(producer_epoch);
@@ -697,6 +748,12 @@ impl<E: Env> TopicManager<E> {
         let file = BrokerConfigsFile { format_version: BROKER_CONFIGS_FORMAT_VERSION, configs: overrides.clone() };
         let raw = serde_json::to_vec_pretty(&file).expect("serialisable");
         self.env.volume().write_atomic(BROKER_CONFIGS_FILE, Bytes::from(raw)).await.map_err(storage)?;
+        self.apply_broker_configs(overrides, effective).await;
+        Ok(())
+    }
+
+    /// Takes dynamic broker configs on, and hands every partition its new settings.
+    async fn apply_broker_configs(&mut self, overrides: BTreeMap<String, String>, effective: BrokerConfig) {
         self.broker_overrides = overrides;
         self.effective = Arc::new(effective);
         for t in self.topics.values() {
@@ -706,6 +763,26 @@ impl<E: Env> TopicManager<E> {
             }
         }
         self.publish();
-        Ok(())
+    }
+
+    /// A peer's AlterConfigs of the broker resource, picked up on the rescan.
+    async fn rescan_broker_configs(&mut self) {
+        let read = match self.env.volume().read(BROKER_CONFIGS_FILE).await {
+            Ok(read) => read,
+            Err(e) => return tracing::warn!(error = %e, "cannot read the dynamic broker configs"),
+        };
+        let overrides = match read.map(|raw| serde_json::from_slice::<BrokerConfigsFile>(&raw)) {
+            None => BTreeMap::new(),
+            Some(Ok(file)) if file.format_version == BROKER_CONFIGS_FORMAT_VERSION => file.configs,
+            // Never guessed at: the configs this broker has stand.
+            Some(_) => return tracing::warn!("{BROKER_CONFIGS_FILE}: unreadable or of an unknown format version"),
+        };
+        if overrides == self.broker_overrides {
+            return;
+        }
+        match self.config.with_dynamic(&overrides) {
+            Ok(effective) => self.apply_broker_configs(overrides, effective).await,
+            Err(e) => tracing::warn!(error = %e, "a peer's dynamic broker configs do not apply here"),
+        }
     }
 }

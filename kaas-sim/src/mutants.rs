@@ -93,6 +93,11 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["aborted-read", "uncommitted-read"],
         scenarios: &["cluster-txn"],
     },
+    MutantSpec {
+        mutant: Mutant::TakeoverBeforeLeaseExpiry,
+        catches: &["lost-write", "two-writers", "duplicate", "assertion"],
+        scenarios: &["cluster-zombie"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

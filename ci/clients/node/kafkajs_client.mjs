@@ -2,11 +2,12 @@
 // acks=all produce, a group consumer with auto-commit, committed offsets read back by admin.
 import { Kafka, CompressionTypes, logLevel } from 'kafkajs'
 
-const broker = process.argv[2]
+// One host:port, or several separated by commas.
+const brokers = process.argv[2].split(',')
 const topic = 'kafkajs'
 const groupId = 'kafkajs-group'
 const count = 300
-const kafka = new Kafka({ clientId: 'kaas-kafkajs', brokers: [broker], logLevel: logLevel.WARN })
+const kafka = new Kafka({ clientId: 'kaas-kafkajs', brokers, logLevel: logLevel.WARN })
 
 const admin = kafka.admin()
 await admin.connect()

@@ -3,9 +3,10 @@
 // read_committed consumer of the output.
 import { Kafka, logLevel } from 'kafkajs'
 
-const broker = process.argv[2]
+// One host:port, or several separated by commas.
+const brokers = process.argv[2].split(',')
 const [src, dst, groupId, count] = ['kjs-txn-in', 'kjs-txn-out', 'kjs-txn-copier', 100]
-const kafka = new Kafka({ clientId: 'kaas-kafkajs-txn', brokers: [broker], logLevel: logLevel.WARN })
+const kafka = new Kafka({ clientId: 'kaas-kafkajs-txn', brokers, logLevel: logLevel.WARN })
 
 const admin = kafka.admin()
 await admin.connect()

@@ -8,22 +8,23 @@ Promise.withResolvers ??= function () {
 }
 const { Admin, Consumer, Producer, stringSerializers, stringDeserializers } = await import('@platformatic/kafka')
 
-const broker = process.argv[2]
+// One host:port, or several separated by commas.
+const brokers = process.argv[2].split(',')
 const topic = 'platformatic'
 const groupId = 'platformatic-group'
 const count = 300
 
-const admin = new Admin({ clientId: 'kaas-admin', bootstrapBrokers: [broker] })
+const admin = new Admin({ clientId: 'kaas-admin', bootstrapBrokers: brokers })
 await admin.createTopics({ topics: [topic], partitions: 3, replicas: 1 })
 
-const producer = new Producer({ clientId: 'kaas-producer', bootstrapBrokers: [broker], serializers: stringSerializers, acks: -1 })
+const producer = new Producer({ clientId: 'kaas-producer', bootstrapBrokers: brokers, serializers: stringSerializers, acks: -1 })
 for (let b = 0; b < count / 30; b++) {
   const messages = Array.from({ length: 30 }, (_, i) => ({ topic, key: `k${b * 30 + i}`, value: `m${b * 30 + i}` }))
   await producer.send({ messages })
 }
 await producer.close()
 
-const consumer = new Consumer({ groupId, clientId: 'kaas-consumer', bootstrapBrokers: [broker], deserializers: stringDeserializers })
+const consumer = new Consumer({ groupId, clientId: 'kaas-consumer', bootstrapBrokers: brokers, deserializers: stringDeserializers })
 const stream = await consumer.consume({ autocommit: false, topics: [topic], mode: 'earliest', sessionTimeout: 10000, heartbeatInterval: 500 })
 const seen = new Map()
 const deadline = setTimeout(() => { console.error(`timed out after ${seen.size} records`); process.exit(1) }, 60000)

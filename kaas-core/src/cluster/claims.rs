@@ -138,7 +138,9 @@ impl<V: Volume> Claims<V> {
                 let released = self.volume.read(&join(&dir, &released_name(c.epoch))).await?.is_some();
                 let own_earlier_session =
                     c.broker_id == view.me && c.incarnation == view.incarnation && c.session < view.session;
-                if !released && !own_earlier_session && !view.holder_gone(c.broker_id, c.incarnation, now) {
+                let gone =
+                    view.holder_gone(c.broker_id, c.incarnation, now) || crate::mutant!(TakeoverBeforeLeaseExpiry);
+                if !released && !own_earlier_session && !gone {
                     return Ok(None);
                 }
                 if c.broker_id == view.me && c.incarnation == view.incarnation && c.session == view.session && !released

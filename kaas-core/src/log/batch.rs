@@ -175,11 +175,14 @@ pub fn split_produced(records: &Bytes) -> Result<Vec<(BatchHeader, Bytes)>, Batc
     Ok(out)
 }
 
-/// The batch with `base_offset` written into its first 8 bytes. The CRC does not cover it,
-/// so the payload and checksum stay as the producer sent them.
-pub fn with_base_offset(batch: &Bytes, base_offset: i64) -> Bytes {
+/// The batch as the partition's leader stores it: `base_offset` in its first 8 bytes and the
+/// leader's epoch in `partition_leader_epoch`, as Apache's leaders stamp it (clients compare it
+/// with the leader epoch Metadata gives, KIP-320). The CRC covers neither, so the payload and
+/// checksum stay as the producer sent them.
+pub fn stamped(batch: &Bytes, base_offset: i64, partition_leader_epoch: i32) -> Bytes {
     let mut out = BytesMut::from(&batch[..]);
     out[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    out[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
     out.freeze()
 }
 
@@ -243,11 +246,12 @@ pub mod tests {
     }
 
     #[test]
-    fn rewriting_the_base_offset_keeps_the_crc_valid() {
-        let batch = with_base_offset(&make_batch(0, 2, 5), 42);
+    fn stamping_the_base_offset_and_leader_epoch_keeps_the_crc_valid() {
+        let batch = stamped(&make_batch(0, 2, 5), 42, 7);
         let header = check(&batch).unwrap();
         assert_eq!(header.base_offset, 42);
         assert_eq!(header.last_offset(), 43);
+        assert_eq!(header.partition_leader_epoch, 7);
     }
 
     #[test]

@@ -271,6 +271,15 @@ impl<V: Volume> PartitionLog<V> {
         self.segments.iter().find(|s| s.epoch > epoch).map_or(i64::MAX, |s| s.base_offset)
     }
 
+    /// OffsetForLeaderEpoch (KIP-101, KIP-320): the largest epoch of this log up to
+    /// `leader_epoch` and the offset its records end at (the next epoch's first offset, or the
+    /// log end for the current epoch); `None` if the log holds no epoch that old.
+    pub fn end_offset_for_epoch(&self, leader_epoch: u32) -> Option<(u32, i64)> {
+        let epoch = self.segments.iter().map(|s| s.epoch).chain([self.epoch]).filter(|&e| e <= leader_epoch).max()?;
+        let end = self.segments.iter().find(|s| s.epoch > epoch).map_or(self.log_end_offset(), |s| s.base_offset);
+        Some((epoch, end))
+    }
+
     /// The ownership epoch the log is open under.
     pub fn epoch(&self) -> u32 {
         self.epoch
@@ -304,8 +313,9 @@ impl<V: Volume> PartitionLog<V> {
     /// assigned base offset.
     pub async fn append(&mut self, header: &BatchHeader, data: Bytes) -> Result<i64, LogError> {
         let base_offset = self.log_end_offset();
-        let data = super::batch::with_base_offset(&data, base_offset);
-        let header = BatchHeader { base_offset, ..*header };
+        let leader_epoch = i32::try_from(self.epoch).unwrap_or(i32::MAX);
+        let data = super::batch::stamped(&data, base_offset, leader_epoch);
+        let header = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
         let active = self.active();
         let full = active.size() + data.len() as u64 > self.config.segment_bytes;
         if active.size() > 0 && (full || crate::buggify!("log.early_roll")) {
@@ -713,6 +723,40 @@ mod corruption_tests {
         let opened = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await;
         assert!(matches!(opened, Err(LogError::Corrupt(_))), "a bad closed segment is an error");
         assert_eq!(volume.read(first).await.unwrap().unwrap().to_vec(), bytes, "nothing was cut from it");
+    }
+
+    async fn append_one(log: &mut PartitionLog<RealVolume>) {
+        let data = make_batch(0, 2, 1);
+        let header = batch::check(&data).unwrap();
+        log.append(&header, data).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn each_owner_stamps_its_epoch_and_answers_where_an_epoch_ends() {
+        let volume = scratch();
+        let mut log =
+            PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), Claimed { epoch: 1, takeover: false })
+                .await
+                .unwrap();
+        append_one(&mut log).await;
+        append_one(&mut log).await;
+        log.sync().await.unwrap();
+        drop(log);
+        // The next owner takes over at epoch 3 (epoch 2 went by without a write).
+        let mut log =
+            PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), Claimed { epoch: 3, takeover: true })
+                .await
+                .unwrap();
+        append_one(&mut log).await;
+        log.sync().await.unwrap();
+        let first = batch::check(&log.read(0, 1, None).await.unwrap().records).unwrap();
+        let last = batch::check(&log.read(4, 1, None).await.unwrap().records).unwrap();
+        assert_eq!((first.partition_leader_epoch, last.partition_leader_epoch), (1, 3));
+        assert_eq!(log.end_offset_for_epoch(0), None, "no epoch that old");
+        assert_eq!(log.end_offset_for_epoch(1), Some((1, 4)));
+        assert_eq!(log.end_offset_for_epoch(2), Some((1, 4)), "the newest epoch up to the one asked");
+        assert_eq!(log.end_offset_for_epoch(3), Some((3, 6)), "the current epoch ends at the log end");
+        assert_eq!(log.end_offset_for_epoch(9), Some((3, 6)));
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ mod find_coordinator;
 mod groups;
 mod list_offsets;
 mod metadata;
+mod offset_for_leader_epoch;
 mod offsets;
 mod produce;
 mod producers;
@@ -62,6 +63,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
 ];
 
 /// Versions of Produce that are advertised but answered with UNSUPPORTED_VERSION.
@@ -108,6 +110,7 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::Produce => produce::handle(ctx, &header, decode(&mut body, version)?).await,
         ApiKey::Fetch => Ok(fetch::handle(ctx, &header, decode(&mut body, version)?)),
         ApiKey::ListOffsets => now!(list_offsets::handle),
+        ApiKey::OffsetForLeaderEpoch => now!(offset_for_leader_epoch::handle),
         ApiKey::FindCoordinator => now!(find_coordinator::handle),
         ApiKey::CreateTopics => now!(create_topics::handle),
         ApiKey::DeleteTopics => now!(delete_topics::handle),
