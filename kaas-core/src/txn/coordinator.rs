@@ -247,6 +247,8 @@ struct TxnCoordinator<E: Env> {
     claims: Claims<E::Volume>,
     /// When the fence watcher next reads the peers' slot files.
     next_watch: Instant,
+    /// A slot given up dropped changes staged since the last flush.
+    dropped_staged: bool,
 }
 
 /// Loads the slot files and starts the coordinator; prepared transactions are finished at once.
@@ -291,6 +293,7 @@ pub async fn start<E: Env>(
         taken_at_ms: BTreeMap::new(),
         claims,
         next_watch: env.clock().monotonic(),
+        dropped_staged: false,
     };
     env.spawner().spawn("txn-coordinator", coordinator.run(rx));
     Ok(TxnCoordinatorHandle { tx })
@@ -352,10 +355,26 @@ impl<E: Env> TxnCoordinator<E> {
         if preparing && crate::crash_point!("txn.before_prepare") {
             crate::park_for_crash().await;
         }
-        let mut flushed = self.store.flush(self.env.spawner()).await;
-        // Write, then verify: answered only if the lease held past the write. Otherwise a peer
-        // may own the slots by now, and finishes what was written.
+        let written = self.store.flush(self.env.spawner()).await;
+        // Write, then verify: answered only if the lease held past the write, and no peer
+        // claimed a newer epoch of a slot written meanwhile. Otherwise a peer may own the
+        // slots by now, and finishes what was written.
+        let mut flushed = written.as_ref().map(|_| ()).map_err(Clone::clone);
         if flushed.is_ok() && !self.membership.view().lease_valid(self.env.clock().monotonic()) {
+            flushed = Err(CoreError::NotCoordinator);
+        }
+        for (slot, epoch) in written.clone().unwrap_or_default() {
+            match self.claims.current(Kind::TxnSlot, &txn_slot_key(slot)).await {
+                Ok(Some(claim)) if claim.epoch == epoch => {}
+                // A newer claim (or none readable): this broker is not the slot's coordinator.
+                _ => {
+                    tracing::warn!(slot, epoch, "a peer claimed a slot written under an older epoch; giving it up");
+                    self.give_up_slot(slot).await;
+                    flushed = Err(CoreError::NotCoordinator);
+                }
+            }
+        }
+        if std::mem::take(&mut self.dropped_staged) && flushed.is_ok() {
             flushed = Err(CoreError::NotCoordinator);
         }
         if flushed.is_ok() && preparing && crate::crash_point!("txn.after_prepare") {
@@ -496,7 +515,9 @@ impl<E: Env> TxnCoordinator<E> {
     /// waiting EndTxns are told to look again, and the claim is released.
     async fn give_up_slot(&mut self, slot: u32) {
         let Some((epoch, _)) = self.owned_slots.remove(&slot) else { return };
-        self.store.give_up_slot(slot);
+        // A change staged in the slot since the last flush is dropped: the answers of this
+        // group commit are all sent as retriable, none as done.
+        self.dropped_staged |= self.store.give_up_slot(slot);
         let moved: Vec<String> = self.waiting.keys().filter(|id| state::slot(id) == slot).cloned().collect();
         for id in moved {
             for reply in self.waiting.remove(&id).unwrap_or_default() {

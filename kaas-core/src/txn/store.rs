@@ -129,9 +129,12 @@ impl<V: Volume> TxnStore<V> {
     }
 
     /// Gives slot `n` up: its entries stay readable (for fences), and nothing of it is written.
-    pub fn give_up_slot(&mut self, n: u32) {
+    /// Whether something staged in it was dropped: its answers must not be sent as done.
+    pub fn give_up_slot(&mut self, n: u32) -> bool {
         self.epochs.remove(&n);
+        let staged = self.staged.len();
         self.staged.retain(|id, _| slot(id) != n);
+        self.staged.len() != staged
     }
 
     /// Whether anything of slot `n` is staged and not yet flushed.
@@ -164,12 +167,13 @@ impl<V: Volume> TxnStore<V> {
     /// Makes every staged entry durable: each changed slot's file is replaced once, all of
     /// them at the same time. On a failure the entries of the slots not written are dropped
     /// back to what the volume holds.
-    pub async fn flush<S: Spawner>(&mut self, spawner: &S) -> CoreResult<()> {
+    pub async fn flush<S: Spawner>(&mut self, spawner: &S) -> CoreResult<Vec<(u32, u32)>> {
         let mut slots: BTreeMap<u32, Vec<TxnEntry>> = BTreeMap::new();
         for (id, entry) in std::mem::take(&mut self.staged) {
             slots.entry(slot(&id)).or_default().push(entry);
         }
         let mut writes = Vec::new();
+        let mut written_slots = Vec::new();
         for (n, changed) in slots {
             let mut slot_entries: BTreeMap<&str, &TxnEntry> = self
                 .entries
@@ -193,8 +197,9 @@ impl<V: Volume> TxnStore<V> {
                 let _ = done.send(write_slot(&volume, n, epoch, entries).await);
             });
             writes.push((changed, written));
+            written_slots.push((n, epoch));
         }
-        let mut result = Ok(());
+        let mut result = Ok(written_slots);
         for (changed, written) in writes {
             match written.await {
                 Ok(Ok(())) => {
