@@ -190,9 +190,11 @@ impl TopicsHandle {
     /// Reads the files of `names`, topics a client named that this broker does not know (yet),
     /// and claims what the view gives it of them: a peer's CreateTopics is served here at once,
     /// not a heartbeat later. At most once per topic name in `REFRESH_MS`.
-    pub async fn refresh(&self, names: Vec<String>) {
+    pub async fn refresh<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
         let snapshot = self.snapshot();
-        let unknown: Vec<String> = names.into_iter().filter(|n| !snapshot.topics.contains_key(n)).collect();
+        // The produce path calls this on every request: nothing is allocated for known topics.
+        let unknown: Vec<String> =
+            names.into_iter().filter(|n| !snapshot.topics.contains_key(*n)).map(str::to_string).collect();
         if !unknown.is_empty() {
             self.ask(|reply| Command::Refresh(unknown, reply)).await;
         }

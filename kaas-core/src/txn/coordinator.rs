@@ -710,7 +710,7 @@ impl<E: Env> TxnCoordinator<E> {
         let Some(me) = self.me.upgrade() else { return };
         self.dispatching.insert(entry.transactional_id.clone(), ());
         let env = self.env.clone();
-        let to = Markers {
+        let to = MarkerRoutes {
             topics: self.topics.clone(),
             groups: self.groups.clone(),
             membership: self.membership.clone(),
@@ -801,7 +801,7 @@ pub(crate) async fn fence_everywhere(topics: &TopicsHandle, epochs: Arc<BTreeMap
 /// Writes the markers of a prepared transaction into every partition it touched and ends the
 /// staged offsets of its groups, here for what this broker owns and by WriteTxnMarkers to the
 /// owner of the rest, and waits until every one is durable.
-async fn write_markers(to: &Markers, entry: &TxnEntry) -> CoreResult<()> {
+async fn write_markers(to: &MarkerRoutes, entry: &TxnEntry) -> CoreResult<()> {
     let commit = entry.state == TxnState::PrepareCommit;
     let marker = if commit { Marker::Commit } else { Marker::Abort };
     let snapshot = to.topics.snapshot();
@@ -876,7 +876,7 @@ async fn write_markers(to: &Markers, entry: &TxnEntry) -> CoreResult<()> {
 
 /// Where a dispatch task sends a transaction's markers.
 #[derive(Clone)]
-struct Markers {
+struct MarkerRoutes {
     topics: TopicsHandle,
     groups: GroupsHandle,
     membership: MembershipHandle,

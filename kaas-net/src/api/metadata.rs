@@ -42,7 +42,7 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
         }
         Some(list) => {
             // A topic a peer created a moment ago is read now, not at the next rescan.
-            broker.topics.refresh(list.iter().filter_map(|(n, _)| n.clone()).collect()).await;
+            broker.topics.refresh(list.iter().filter_map(|(n, _)| n.as_deref())).await;
             for (name, id) in list {
                 let name = match name {
                     Some(name) => name,

@@ -32,7 +32,7 @@ pub async fn handle<E: Env>(
     let acks = request.acks;
     let transactional_id = request.transactional_id.as_ref().map(|t| t.to_string());
     // A topic a peer created a moment ago is read now, not at the next rescan.
-    ctx.broker.topics.refresh(request.topic_data.iter().map(|t| t.name.0.to_string()).collect()).await;
+    ctx.broker.topics.refresh(request.topic_data.iter().map(|t| t.name.0.as_str())).await;
     let snapshot = ctx.broker.topics.snapshot();
     let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Pending)>)> = Vec::new();
     for topic_data in request.topic_data {
