@@ -50,7 +50,8 @@ assert altered == {"topic": {topic: "OK"}}, altered
 altered = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0", configs={"log.retention.bytes": "1073741824"})])
 assert altered == {"broker": {"0": "OK"}}, altered
 # In a cluster another broker may answer: it takes a peer's change on within a heartbeat, as
-# Apache's brokers take it from the metadata log.
+# Apache's brokers take it from the metadata log, and in the same order: once the broker
+# change shows, the topic change made before it shows too.
 for attempt in range(50):
     described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])["topic"][topic]
     if described.get("retention.bytes", {}).get("config_source") == "DYNAMIC_BROKER_CONFIG":

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -121,6 +122,9 @@ enum Command {
     Fence(Arc<BTreeMap<i64, i16>>),
     /// Topics a client named that this broker does not know: read their files now.
     Refresh(Vec<String>, oneshot::Sender<()>),
+    /// An admin read: every topic and the broker configs as the volume has them now, unless a
+    /// full rescan began after the caller saw `rescans` at this count.
+    RefreshAll(u64, oneshot::Sender<()>),
 }
 
 #[derive(Clone)]
@@ -129,6 +133,8 @@ pub struct TopicsHandle {
     snapshot: watch::Receiver<Arc<MetadataSnapshot>>,
     /// Bumped on every high watermark move of any partition.
     pub data_version: watch::Receiver<u64>,
+    /// Full rescans begun, so that admin reads asked together share one.
+    rescans: Arc<AtomicU64>,
 }
 
 impl TopicsHandle {
@@ -200,6 +206,14 @@ impl TopicsHandle {
         }
     }
 
+    /// For admin reads (listing topics, describing configs): what peers changed is read now, so
+    /// that a client sees its own CreateTopics or AlterConfigs on whichever broker it asks next,
+    /// as it would from Apache's brokers, which apply the metadata log before answering much.
+    pub async fn refresh_all(&self) {
+        let seen = self.rescans.load(Ordering::Acquire);
+        self.ask(|reply| Command::RefreshAll(seen, reply)).await;
+    }
+
     /// Records fences for every partition this broker starts from now on too: a partition
     /// of a topic this broker learns of later must refuse a producer's fenced epochs as well.
     pub async fn fence(&self, epochs: Arc<BTreeMap<i64, i16>>) {
@@ -247,6 +261,8 @@ struct TopicManager<E: Env> {
     fences: BTreeMap<i64, i16>,
     /// When each unknown topic name was last looked up by `refresh`.
     refreshed: BTreeMap<String, tokio::time::Instant>,
+    /// Full rescans begun (shared with the handles).
+    rescans: Arc<AtomicU64>,
     /// Partitions this broker serves: (topic, partition) -> (epoch, lease session).
     owned: BTreeMap<(String, i32), (u32, u64)>,
 }
@@ -278,13 +294,15 @@ pub async fn start<E: Env>(
         claims: Claims::new(env.volume().clone()),
         fences: BTreeMap::new(),
         refreshed: BTreeMap::new(),
+        rescans: Arc::new(AtomicU64::new(0)),
         owned: BTreeMap::new(),
     };
+    let rescans = manager.rescans.clone();
     manager.load().await?;
     manager.reconcile().await;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     env.spawner().spawn("topics", manager.run(rx));
-    Ok(TopicsHandle { tx, snapshot: snapshot_rx, data_version: data_version_rx })
+    Ok(TopicsHandle { tx, snapshot: snapshot_rx, data_version: data_version_rx, rescans })
 }
 
 fn storage(e: std::io::Error) -> CoreError {
@@ -334,12 +352,20 @@ impl<E: Env> TopicManager<E> {
     /// Picks up what peers did to the topics: new topics, deletions, new partitions and config
     /// changes. Names come from a listing (new topics may show late on NFS); a topic missing
     /// from it is confirmed by reading its file by name before it is dropped.
+    ///
+    /// One publish at the end, and broker configs read before topics: a peer's topic change
+    /// made before its broker change is never seen here after it, as Apache's metadata log
+    /// orders them.
     async fn rescan(&mut self) {
-        self.rescan_broker_configs().await;
+        self.rescans.fetch_add(1, Ordering::AcqRel);
+        let mut changed = self.rescan_broker_configs().await;
         let listed = match self.env.volume().list(TOPICS_DIR).await {
             Ok(names) => names,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list topics");
+                if changed {
+                    self.publish();
+                }
                 return;
             }
         };
@@ -347,7 +373,6 @@ impl<E: Env> TopicManager<E> {
         names.extend(self.topics.keys().cloned());
         names.sort();
         names.dedup();
-        let mut changed = false;
         for name in names {
             changed |= self.rescan_topic(name).await;
         }
@@ -533,6 +558,15 @@ impl<E: Env> TopicManager<E> {
                     }
                     if changed {
                         self.publish();
+                        self.reconcile().await;
+                    }
+                    let _ = reply.send(());
+                }
+                Some(Command::RefreshAll(seen, reply)) => {
+                    // The actor is serial: a count past `seen` is a rescan begun, and finished,
+                    // after the caller asked.
+                    if self.rescans.load(Ordering::Acquire) == seen {
+                        self.rescan().await;
                         self.reconcile().await;
                     }
                     let _ = reply.send(());
@@ -751,6 +785,7 @@ impl<E: Env> TopicManager<E> {
         let raw = serde_json::to_vec_pretty(&file).expect("serialisable");
         self.env.volume().write_atomic(BROKER_CONFIGS_FILE, Bytes::from(raw)).await.map_err(storage)?;
         self.apply_broker_configs(overrides, effective).await;
+        self.publish();
         Ok(())
     }
 
@@ -764,27 +799,39 @@ impl<E: Env> TopicManager<E> {
                 p.set_config(settings).await;
             }
         }
-        self.publish();
     }
 
-    /// A peer's AlterConfigs of the broker resource, picked up on the rescan.
-    async fn rescan_broker_configs(&mut self) {
+    /// A peer's AlterConfigs of the broker resource, picked up on the rescan; whether anything
+    /// changed. The caller publishes, after the topics are read too.
+    async fn rescan_broker_configs(&mut self) -> bool {
         let read = match self.env.volume().read(BROKER_CONFIGS_FILE).await {
             Ok(read) => read,
-            Err(e) => return tracing::warn!(error = %e, "cannot read the dynamic broker configs"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the dynamic broker configs");
+                return false;
+            }
         };
         let overrides = match read.map(|raw| serde_json::from_slice::<BrokerConfigsFile>(&raw)) {
             None => BTreeMap::new(),
             Some(Ok(file)) if file.format_version == BROKER_CONFIGS_FORMAT_VERSION => file.configs,
             // Never guessed at: the configs this broker has stand.
-            Some(_) => return tracing::warn!("{BROKER_CONFIGS_FILE}: unreadable or of an unknown format version"),
+            Some(_) => {
+                tracing::warn!("{BROKER_CONFIGS_FILE}: unreadable or of an unknown format version");
+                return false;
+            }
         };
         if overrides == self.broker_overrides {
-            return;
+            return false;
         }
         match self.config.with_dynamic(&overrides) {
-            Ok(effective) => self.apply_broker_configs(overrides, effective).await,
-            Err(e) => tracing::warn!(error = %e, "a peer's dynamic broker configs do not apply here"),
+            Ok(effective) => {
+                self.apply_broker_configs(overrides, effective).await;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "a peer's dynamic broker configs do not apply here");
+                false
+            }
         }
     }
 }

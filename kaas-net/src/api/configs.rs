@@ -122,6 +122,8 @@ pub async fn describe<E: Env>(
     _header: &RequestHeader,
     request: DescribeConfigsRequest,
 ) -> DescribeConfigsResponse {
+    // A peer's AlterConfigs shows at once, in the order the peers made them.
+    ctx.broker.topics.refresh_all().await;
     let snapshot = ctx.broker.topics.snapshot();
     let mut results = Vec::new();
     for r in request.resources {

@@ -35,6 +35,8 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
     let view = broker.membership.view();
     match requested {
         None => {
+            // Listing every topic is an admin read: a peer's CreateTopics shows at once.
+            broker.topics.refresh_all().await;
             let snapshot = broker.topics.snapshot();
             for state in snapshot.topics.values() {
                 topics.push(describe_topic(state, &view));
