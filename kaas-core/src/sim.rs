@@ -73,10 +73,13 @@ pub enum Mutant {
     /// A broker claims a thing its view gives it without waiting for the holder to release it
     /// or for the holder's lease to run out.
     TakeoverBeforeLeaseExpiry,
+    /// A broker that gets a thing back (A to B to A) takes up the epoch it held before instead
+    /// of claiming a new one: no claim file records it, so the next claimer does not wait.
+    EpochNotBumpedOnReturn,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 24] = [
+    pub const ALL: [Mutant; 25] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -101,6 +104,7 @@ impl Mutant {
         Mutant::AckWithoutLeaseCheck,
         Mutant::FenceNotSentToPeers,
         Mutant::TakeoverBeforeLeaseExpiry,
+        Mutant::EpochNotBumpedOnReturn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -129,6 +133,7 @@ impl Mutant {
             Mutant::AckWithoutLeaseCheck => "ack-without-lease-check",
             Mutant::FenceNotSentToPeers => "fence-not-sent-to-peers",
             Mutant::TakeoverBeforeLeaseExpiry => "takeover-before-lease-expiry",
+            Mutant::EpochNotBumpedOnReturn => "epoch-not-bumped-on-return",
         }
     }
 

@@ -98,6 +98,11 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["lost-write", "two-writers", "duplicate", "assertion"],
         scenarios: &["cluster-zombie"],
     },
+    MutantSpec {
+        mutant: Mutant::EpochNotBumpedOnReturn,
+        catches: &["lost-write", "two-writers", "duplicate", "assertion"],
+        scenarios: &["cluster-failover"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

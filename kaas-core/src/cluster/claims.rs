@@ -73,6 +73,9 @@ pub struct Claims<V: Volume> {
     /// Releases that failed (the volume refused the write), retried by `retry_releases`: a
     /// live broker that never releases holds its things from every peer for good.
     unreleased: BTreeMap<(Kind, String), u32>,
+    /// The last epoch this broker claimed per key (only the `EpochNotBumpedOnReturn` mutant
+    /// reads it).
+    held: BTreeMap<(Kind, String), u32>,
 }
 
 fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
@@ -81,7 +84,7 @@ fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
 
 impl<V: Volume> Claims<V> {
     pub fn new(volume: V) -> Self {
-        Claims { volume, known: BTreeMap::new(), unreleased: BTreeMap::new() }
+        Claims { volume, known: BTreeMap::new(), unreleased: BTreeMap::new(), held: BTreeMap::new() }
     }
 
     fn key_dir(kind: Kind, key: &str) -> String {
@@ -148,6 +151,12 @@ impl<V: Volume> Claims<V> {
                     // Ours in this very session and never given up: still ours.
                     return Ok(Some(Claimed { epoch: c.epoch, takeover: false }));
                 }
+                if c.broker_id != view.me
+                    && let Some(&old) = self.held.get(&(kind, key.to_string()))
+                    && crate::mutant!(EpochNotBumpedOnReturn)
+                {
+                    return Ok(Some(Claimed { epoch: old, takeover: true }));
+                }
                 (c.epoch + 1, !released)
             }
         };
@@ -172,6 +181,7 @@ impl<V: Volume> Claims<V> {
             Err(e) => return Err(e),
         }
         self.known.insert((kind as u8, key.to_string()), epoch);
+        self.held.insert((kind, key.to_string()), epoch);
         // A newer epoch of our own: the older one needs no release any more.
         self.unreleased.remove(&(kind, key.to_string()));
         Ok(Some(Claimed { epoch, takeover }))
