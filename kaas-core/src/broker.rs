@@ -12,6 +12,8 @@ use crate::group::{self, GroupsHandle};
 use crate::producer::ids::{self, ProducerIdsHandle};
 use crate::topics::{self, TopicsHandle};
 use crate::txn::coordinator::{self, TxnCoordinatorHandle};
+use crate::txn::marker_queue;
+use tokio::sync::oneshot;
 
 #[derive(Clone)]
 pub struct Broker<E: Env> {
@@ -24,6 +26,8 @@ pub struct Broker<E: Env> {
     pub membership: MembershipHandle,
     /// Calls to peer brokers, sent by the wire client a server attaches.
     pub peers: PeersHandle,
+    /// The marker watcher stops when the last clone of the broker is dropped.
+    _marker_watcher: Arc<oneshot::Sender<()>>,
 }
 
 impl<E: Env> Broker<E> {
@@ -45,7 +49,9 @@ impl<E: Env> Broker<E> {
             peers.clone(),
         )
         .await?;
-        Ok(Broker { env, config, topics, groups, producer_ids, txn, membership, peers })
+        let stop = marker_queue::start(&env, config.broker_id, topics.clone(), groups.clone(), membership.subscribe());
+        let _marker_watcher = Arc::new(stop);
+        Ok(Broker { env, config, topics, groups, producer_ids, txn, membership, peers, _marker_watcher })
     }
 
     /// Whether this broker holds a valid lease now: what it owns it may still answer for.

@@ -76,10 +76,14 @@ pub enum Mutant {
     /// A broker that gets a thing back (A to B to A) takes up the epoch it held before instead
     /// of claiming a new one: no claim file records it, so the next claimer does not wait.
     EpochNotBumpedOnReturn,
+    /// The coordinator takes its marker queue entry back as soon as the call is sent, before
+    /// the markers are durable: when the call is lost, nothing brings them to the owner, and
+    /// the transaction completes all the same.
+    MarkerQueueDeletedEarly,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 25] = [
+    pub const ALL: [Mutant; 26] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -105,6 +109,7 @@ impl Mutant {
         Mutant::FenceNotSentToPeers,
         Mutant::TakeoverBeforeLeaseExpiry,
         Mutant::EpochNotBumpedOnReturn,
+        Mutant::MarkerQueueDeletedEarly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -134,6 +139,7 @@ impl Mutant {
             Mutant::FenceNotSentToPeers => "fence-not-sent-to-peers",
             Mutant::TakeoverBeforeLeaseExpiry => "takeover-before-lease-expiry",
             Mutant::EpochNotBumpedOnReturn => "epoch-not-bumped-on-return",
+            Mutant::MarkerQueueDeletedEarly => "marker-queue-deleted-early",
         }
     }
 
@@ -243,6 +249,9 @@ pub fn crash_point(site: &'static str) -> bool {
         let Some(point) = c.as_mut().filter(|p| p.site == site && p.visits_left > 0) else { return false };
         point.visits_left -= 1;
         point.requested = point.visits_left == 0;
+        if point.requested {
+            tracing::info!(site, "the armed crash point is reached");
+        }
         point.requested
     })
 }

@@ -103,6 +103,18 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["lost-write", "two-writers", "duplicate", "assertion"],
         scenarios: &["cluster-failover"],
     },
+    MutantSpec {
+        mutant: Mutant::MarkerQueueDeletedEarly,
+        catches: &[
+            "aborted-read",
+            "uncommitted-read",
+            "lost-commit",
+            "torn-transaction",
+            "lso-stuck",
+            "prepare-never-completes",
+        ],
+        scenarios: &["cluster-txn", "cluster-copier"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

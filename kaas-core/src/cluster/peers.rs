@@ -30,7 +30,7 @@ pub struct Endpoint {
 }
 
 /// The markers of one transaction that one peer owes: for its partitions and its groups.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Markers {
     pub producer_id: i64,
     pub producer_epoch: i16,

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Duration, Instant};
 
+use super::marker_queue::{self, Queued};
 use super::state::{self, EndOutcome, InitOutcome, Member, TopicPartition, TxnEntry, TxnError, TxnState};
 use super::store::TxnStore;
 use crate::cluster::peers::{self, Endpoint, PeersHandle};
@@ -46,7 +47,7 @@ pub const CRASH_POINTS: [&str; 5] =
     ["txn.before_prepare", "txn.after_prepare", "txn.between_markers", "txn.before_complete", "txn.after_complete"];
 
 /// What a transactional write must belong to, for `verify`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TxnMember {
     Partition(TopicPartition),
     Group(String),
@@ -711,6 +712,7 @@ impl<E: Env> TxnCoordinator<E> {
         self.dispatching.insert(entry.transactional_id.clone(), ());
         let env = self.env.clone();
         let to = MarkerRoutes {
+            env: self.env.clone(),
             topics: self.topics.clone(),
             groups: self.groups.clone(),
             membership: self.membership.clone(),
@@ -800,8 +802,9 @@ pub(crate) async fn fence_everywhere(topics: &TopicsHandle, epochs: Arc<BTreeMap
 
 /// Writes the markers of a prepared transaction into every partition it touched and ends the
 /// staged offsets of its groups, here for what this broker owns and by WriteTxnMarkers to the
-/// owner of the rest, and waits until every one is durable.
-async fn write_markers(to: &MarkerRoutes, entry: &TxnEntry) -> CoreResult<()> {
+/// owner of the rest (left in the marker queue first, in case the call is lost), and waits
+/// until every one is durable.
+async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreResult<()> {
     let commit = entry.state == TxnState::PrepareCommit;
     let marker = if commit { Marker::Commit } else { Marker::Abort };
     let snapshot = to.topics.snapshot();
@@ -825,6 +828,7 @@ async fn write_markers(to: &MarkerRoutes, entry: &TxnEntry) -> CoreResult<()> {
         }
     }
     let mut asked = Vec::new();
+    let volume = to.env.volume();
     for (peer, members) in remote {
         let markers = peers::Markers {
             producer_id: entry.producer_id,
@@ -833,10 +837,14 @@ async fn write_markers(to: &MarkerRoutes, entry: &TxnEntry) -> CoreResult<()> {
             coordinator_epoch: COORDINATOR_EPOCH,
             members: members.clone(),
         };
-        asked.push((peer.clone(), members, to.peers.queue_markers(peer, markers).await));
+        let queued = Queued::enqueue(volume, peer.broker_id, &entry.transactional_id, &markers).await;
+        let queued =
+            queued.map_err(|e| CoreError::Storage(format!("marker queue of broker {}: {e}", peer.broker_id)))?;
+        let answer = to.peers.queue_markers(peer.clone(), markers).await;
+        asked.push((peer, members, queued, answer));
     }
     if !crate::mutant!(CompleteBeforeMarkersDurable) {
-        let markers = local.len() + asked.iter().map(|(_, m, _)| m.len()).sum::<usize>();
+        let markers = local.len() + asked.iter().map(|(_, m, _, _)| m.len()).sum::<usize>();
         let mut durable = 0;
         let mut first_durable = || {
             durable += 1;
@@ -848,17 +856,9 @@ async fn write_markers(to: &MarkerRoutes, entry: &TxnEntry) -> CoreResult<()> {
                 crate::park_for_crash().await;
             }
         }
-        for (peer, members, answer) in asked {
-            let answers = answer.await.unwrap_or_default();
-            for member in members {
-                match answers.iter().find(|(m, _)| *m == member) {
-                    Some((_, Ok(()))) => {}
-                    Some((_, Err(e))) => {
-                        tracing::debug!(broker = peer.broker_id, ?member, error = %e, "marker refused by its owner");
-                        return Err(e.clone());
-                    }
-                    None => return Err(CoreError::CoordinatorNotAvailable),
-                }
+        for (peer, members, queued, answer) in asked {
+            await_peer(to, &peer, &members, &queued, answer).await?;
+            for _ in &members {
                 if first_durable() {
                     crate::park_for_crash().await;
                 }
@@ -874,9 +874,51 @@ async fn write_markers(to: &MarkerRoutes, entry: &TxnEntry) -> CoreResult<()> {
     Ok(())
 }
 
+/// Waits until a peer's markers are durable: the peer answered the call, or (the call lost) its
+/// marker watcher applied them from the queue. A refusal is an error at once: the marker's
+/// owner moved, and the next dispatch routes it anew.
+async fn await_peer<E: Env>(
+    to: &MarkerRoutes<E>,
+    peer: &Endpoint,
+    members: &[TxnMember],
+    queued: &Queued<'_, E::Volume>,
+    answer: oneshot::Receiver<Vec<(TxnMember, CoreResult<()>)>>,
+) -> CoreResult<()> {
+    let live = || to.membership.view().live.contains_key(&peer.broker_id);
+    let storage = |e: std::io::Error| CoreError::Storage(format!("marker queue of broker {}: {e}", peer.broker_id));
+    if crate::mutant!(MarkerQueueDeletedEarly) {
+        queued.withdraw().await.map_err(storage)?;
+    }
+    let answers = tokio::select! {
+        biased;
+        answers = answer => answers.unwrap_or_default(),
+        // The watcher got there first (the call is slow, or lost).
+        settled = marker_queue::wait_settled(&to.env, queued, live) => return settled,
+    };
+    let mut answered = true;
+    for member in members {
+        match answers.iter().find(|(m, _)| m == member) {
+            Some((_, Ok(()))) => {}
+            Some((_, Err(e))) => {
+                tracing::debug!(broker = peer.broker_id, ?member, error = %e, "marker refused by its owner");
+                return Err(e.clone());
+            }
+            None => answered = false,
+        }
+    }
+    if answered {
+        queued.withdraw().await.map_err(storage)?;
+    } else {
+        tracing::debug!(broker = peer.broker_id, "no answer to the markers; waiting for the peer's marker watcher");
+    }
+    // Answered or not, done only when the watcher holds nothing of it either.
+    marker_queue::wait_settled(&to.env, queued, live).await
+}
+
 /// Where a dispatch task sends a transaction's markers.
 #[derive(Clone)]
-struct MarkerRoutes {
+struct MarkerRoutes<E: Env> {
+    env: E,
     topics: TopicsHandle,
     groups: GroupsHandle,
     membership: MembershipHandle,

@@ -6,6 +6,8 @@
 //! state.
 
 pub mod coordinator;
+pub mod marker_queue;
+pub mod markers;
 pub mod state;
 pub mod store;
 pub mod verify;

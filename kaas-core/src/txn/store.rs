@@ -62,6 +62,13 @@ async fn read_slot<V: Volume>(volume: &V, n: u32, epoch: u32) -> CoreResult<Opti
     Ok(None)
 }
 
+/// The entry of `transactional_id` in its slot's newest file of an epoch up to `epoch`, for a
+/// broker that does not coordinate the slot (the marker watcher).
+pub async fn read_entry<V: Volume>(volume: &V, transactional_id: &str, epoch: u32) -> CoreResult<Option<TxnEntry>> {
+    let entries = read_slot(volume, slot(transactional_id), epoch).await?.map(|(_, e)| e).unwrap_or_default();
+    Ok(entries.into_iter().find(|e| e.transactional_id == transactional_id))
+}
+
 async fn read_slot_file<V: Volume>(volume: &V, n: u32, epoch: u32) -> CoreResult<Option<Vec<TxnEntry>>> {
     let path = path(n, epoch);
     let Some(raw) = volume.read(&path).await.map_err(storage)? else { return Ok(None) };

@@ -6,10 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use kaas_core::cluster::peers::member_from_wire;
+use kaas_core::cluster::peers::{Markers, member_from_wire, member_on_wire};
 use kaas_core::env::{Clock, Env};
 use kaas_core::group::{CommitRequest, CommittedOffset};
-use kaas_core::log::control::Marker;
 use kaas_core::txn::coordinator::TxnMember;
 use kaas_core::txn::state::{TxnEntry, TxnState};
 use kaas_core::{CoreError, CoreResult};
@@ -253,7 +252,6 @@ pub async fn write_txn_markers<E: Env>(
     _header: &RequestHeader,
     request: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {
-    let snapshot = ctx.broker.topics.snapshot();
     let mut markers = Vec::new();
     for m in request.markers {
         if m.topics.is_empty() {
@@ -262,49 +260,30 @@ pub async fn write_txn_markers<E: Env>(
             markers.push(WritableTxnMarkerResult::default().with_producer_id(m.producer_id));
             continue;
         }
-        let marker = if m.transaction_result { Marker::Commit } else { Marker::Abort };
-        let mut queued = Vec::new();
-        for t in &m.topics {
-            for &p in &t.partition_indexes {
-                let pending = match (member_from_wire(&t.name.0, p), snapshot.partition(&t.name.0, p)) {
-                    (TxnMember::Group(g), _) => Pending::Group(g),
-                    (_, None) => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
-                    (_, Some(partition)) => Pending::Marker(
-                        partition.queue_marker(m.producer_id.0, m.producer_epoch, marker, m.coordinator_epoch).await,
-                    ),
-                };
-                queued.push((t.name.clone(), p, pending));
-            }
-        }
+        let members = m.topics.iter().flat_map(|t| t.partition_indexes.iter().map(|&p| member_from_wire(&t.name.0, p)));
+        let asked = Markers {
+            producer_id: m.producer_id.0,
+            producer_epoch: m.producer_epoch,
+            commit: m.transaction_result,
+            coordinator_epoch: m.coordinator_epoch,
+            members: members.collect(),
+        };
         let mut topics: Vec<WritableTxnMarkerTopicResult> = Vec::new();
-        for (name, p, pending) in queued {
-            let result = match pending {
-                Pending::Done(result) => result,
-                Pending::Marker(rx) => match rx.await {
-                    Ok(written) => written.map(|_| ()),
-                    Err(_) => Err(CoreError::Storage("partition stopped".into())),
-                },
-                Pending::Group(g) => ctx.broker.groups.complete_txn(g, m.producer_id.0, m.transaction_result).await,
-            };
+        for (member, result) in ctx.broker.write_markers_here(&asked).await {
+            let (name, p) = member_on_wire(&member);
             let answer = WritableTxnMarkerPartitionResult::default()
                 .with_partition_index(p)
                 .with_error_code(error::code_of(&result));
-            match topics.iter_mut().find(|t| t.name == name) {
+            match topics.iter_mut().find(|t| t.name.0.as_str() == name) {
                 Some(t) => t.partitions.push(answer),
-                None => {
-                    topics.push(WritableTxnMarkerTopicResult::default().with_name(name).with_partitions(vec![answer]))
-                }
+                None => topics.push(
+                    WritableTxnMarkerTopicResult::default().with_name(topic(&name)).with_partitions(vec![answer]),
+                ),
             }
         }
         markers.push(WritableTxnMarkerResult::default().with_producer_id(m.producer_id).with_topics(topics));
     }
     WriteTxnMarkersResponse::default().with_markers(markers)
-}
-
-enum Pending {
-    Done(CoreResult<()>),
-    Marker(tokio::sync::oneshot::Receiver<CoreResult<kaas_core::partition::AppendOutcome>>),
-    Group(String),
 }
 
 pub async fn list_transactions<E: Env>(

@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::common::{Common, FaultMix};
+use super::common::{self, Common, CrashPoint, FaultMix};
 use super::idempotence::Load;
 use super::{RunResult, World};
 use crate::faults::{Fault, Planned};
@@ -131,9 +131,42 @@ pub fn draw_common(rng: &mut ChaCha8Rng, leases: Option<&Leases>, mix: FaultMix)
         None => Common::draw(rng, mix),
         Some(l) => {
             let brokers = brokers(rng);
-            Common::draw_with(rng, brokers, FaultMix { drift_ppm_max: l.drift_ppm_max().min(mix.drift_ppm_max), ..mix })
+            let mut common = Common::draw_with(
+                rng,
+                brokers,
+                FaultMix { drift_ppm_max: l.drift_ppm_max().min(mix.drift_ppm_max), ..mix },
+            );
+            common.plan.extend(peer_partitions(rng, &common.hosts(), l, mix.progress_max));
+            common
         }
     }
+}
+
+/// A transaction world's crash point: one of the coordinator's, or in a cluster sometimes the
+/// marker watcher's (visited rarely: only when a call was lost, hence its first visits).
+pub fn crash_point(rng: &mut ChaCha8Rng, cluster: bool, visits_max: u32) -> CrashPoint {
+    if cluster && rng.random_bool(0.3) {
+        return common::crash_point(rng, &kaas_core::txn::marker_queue::CRASH_POINTS, 2);
+    }
+    common::crash_point(rng, &kaas_core::txn::coordinator::CRASH_POINTS, visits_max)
+}
+
+/// Half the worlds cut one or two pairs of brokers off from each other, not from the volume,
+/// for up to a few leases: a coordinator's WriteTxnMarkers to a partition's owner, its fences
+/// and KIP-890 verification are lost, and the marker queue carries the markers instead.
+fn peer_partitions(rng: &mut ChaCha8Rng, hosts: &[String], leases: &Leases, steps: usize) -> Vec<Planned> {
+    if !rng.random_bool(0.5) {
+        return Vec::new();
+    }
+    (0..rng.random_range(1..=2))
+        .map(|_| {
+            let a = rng.random_range(0..hosts.len());
+            let b = (a + rng.random_range(1..hosts.len())) % hosts.len();
+            let ms = rng.random_range(1000..=3 * leases.session_timeout_ms);
+            let fault = Fault::Partition { a: hosts[a].clone(), b: hosts[b].clone(), ms };
+            Planned { at: super::common::trigger(rng, steps), fault }
+        })
+        .collect()
 }
 
 /// Pauses of an owner far past its lease (a SIGSTOP, a VM frozen), volume partitions longer

@@ -34,7 +34,8 @@ pub struct CrashPoint {
 
 /// Every crash point of the broker a world may arm.
 pub fn crash_point_sites() -> impl Iterator<Item = &'static str> {
-    kaas_core::txn::coordinator::CRASH_POINTS.into_iter().chain(["topics.before_partition_removal"])
+    let cluster = kaas_core::txn::marker_queue::CRASH_POINTS.into_iter();
+    kaas_core::txn::coordinator::CRASH_POINTS.into_iter().chain(cluster).chain(["topics.before_partition_removal"])
 }
 
 /// The part of a world every scenario has.

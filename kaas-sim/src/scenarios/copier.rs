@@ -56,7 +56,7 @@ impl Copier {
         let partitions = rng.random_range(1..=3);
         let records_per_partition = rng.random_range(20..80);
         let armed = rng.random_bool(0.5);
-        let crash_point = armed.then(|| common::crash_point(&mut rng, &kaas_core::txn::coordinator::CRASH_POINTS, 10));
+        let crash_point = armed.then(|| cluster::crash_point(&mut rng, cluster, 10));
         let mix = FaultMix {
             progress_max: partitions as usize * records_per_partition,
             clock_steps: false,

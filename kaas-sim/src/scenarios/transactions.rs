@@ -85,7 +85,7 @@ impl Txn {
         let producers = rng.random_range(1..=3);
         let txns_per_producer = rng.random_range(8..25);
         let armed = mode == Mode::Crash && rng.random_bool(0.5);
-        let crash_point = armed.then(|| common::crash_point(&mut rng, &kaas_core::txn::coordinator::CRASH_POINTS, 8));
+        let crash_point = armed.then(|| cluster::crash_point(&mut rng, cluster, 8));
         // No clock steps: a step forward is the reaper's cue, which the LSO check cannot tell
         // from a broker bug. Slow drift it allows for.
         let mix = FaultMix { progress_max: producers * txns_per_producer, clock_steps: false, drift_ppm_max: 1000 };

@@ -1,0 +1,308 @@
+//! The durable marker queue and its watcher (DESIGN.md, "Cross-broker markers"). Before a
+//! coordinator sends WriteTxnMarkers to a peer it leaves the same markers in
+//! `__cluster/marker_queue/to-<peer>/<pid>-<epoch>.json`, so that they reach the peer's logs
+//! through the volume when the call is lost (brokers cut off from each other, not from the
+//! volume). The peer's marker watcher looks on every heartbeat.
+//!
+//! One rule makes a late or repeated marker harmless: a queued entry is applied only while the
+//! slot file still shows its transaction prepared with the same producer id, epoch and result.
+//! Until that transaction completes, no next one can write to its partitions (AddPartitionsToTxn
+//! and KIP-890 verification answer CONCURRENT_TRANSACTIONS), so a second marker of it finds
+//! nothing to end. And it completes only once no entry of it is in any queue: the watcher takes
+//! an entry by renaming it to `.applying` and removes that only once every marker is durable;
+//! the coordinator, answered by the call, removes the `.json` and then waits for no `.applying`
+//! to be left. An entry whose transaction is no longer prepared is stale (a coordinator that
+//! died before its clean-up, a zombie's late write) and removed unapplied.
+//!
+//! A watcher that does not own a member of its entry any more writes the markers it can and
+//! turns the entry into `.refused`; its coordinator, finding that, takes it away and routes the
+//! markers anew (to the members' new owners) on its next dispatch.
+
+use std::io;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::cluster::ClusterView;
+use crate::cluster::claims::{Claims, Kind};
+use crate::cluster::peers::Markers;
+use crate::cluster::txn_key;
+use crate::env::{Clock, Env, Spawner, Volume, join};
+use crate::error::{CoreError, CoreResult};
+use crate::group::GroupsHandle;
+use crate::topics::TopicsHandle;
+use crate::txn::markers::write_markers_here;
+use crate::txn::state::TxnState;
+use crate::txn::store;
+
+pub const MARKER_QUEUE_DIR: &str = "__cluster/marker_queue";
+const FORMAT_VERSION: u32 = 1;
+/// Where the simulator may crash the watcher: an entry taken, none of its markers written.
+pub const CRASH_POINTS: [&str; 1] = ["txn.queue_taken"];
+/// How often a coordinator whose call got no answer looks whether the watcher applied it.
+const POLL_MS: u64 = 100;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct QueueFile {
+    format_version: u32,
+    transactional_id: String,
+    markers: Markers,
+}
+
+fn dir(to: i32) -> String {
+    join(MARKER_QUEUE_DIR, &format!("to-{to}"))
+}
+
+fn queued_path(to: i32, markers: &Markers) -> String {
+    join(&dir(to), &format!("{}-{}.json", markers.producer_id, markers.producer_epoch))
+}
+
+fn applying(queued: &str) -> String {
+    format!("{}.applying", queued.strip_suffix(".json").unwrap_or(queued))
+}
+
+fn refused(applying: &str) -> String {
+    format!("{}.refused", applying.strip_suffix(".applying").unwrap_or(applying))
+}
+
+/// Whether the error says the marker's member is owned elsewhere (for now).
+fn not_mine(e: &CoreError) -> bool {
+    matches!(e, CoreError::NotLeaderOrFollower | CoreError::UnknownTopicOrPartition | CoreError::NotCoordinator)
+}
+
+/// The coordinator's side: what it leaves for broker `to`, and how it learns the entry is done.
+pub struct Queued<'a, V: Volume> {
+    volume: &'a V,
+    path: String,
+}
+
+impl<'a, V: Volume> Queued<'a, V> {
+    /// Leaves `markers` for broker `to`, durably, before the call that carries them is sent.
+    pub async fn enqueue(volume: &'a V, to: i32, transactional_id: &str, markers: &Markers) -> io::Result<Self> {
+        let file = QueueFile {
+            format_version: FORMAT_VERSION,
+            transactional_id: transactional_id.to_string(),
+            markers: markers.clone(),
+        };
+        volume.create_dir_all(&dir(to)).await?;
+        let path = queued_path(to, markers);
+        volume.write_atomic(&path, Bytes::from(serde_json::to_vec(&file).expect("serialisable"))).await?;
+        Ok(Queued { volume, path })
+    }
+
+    /// The call was answered: the entry is no longer needed. The watcher may have taken it
+    /// already; `settled` tells when it is done with it.
+    pub async fn withdraw(&self) -> io::Result<()> {
+        self.volume.remove_file(&self.path).await
+    }
+
+    /// Whether nothing of the entry is left: the watcher applied it, or it was withdrawn. A
+    /// refusal is taken away, and is an error: the next dispatch routes the markers anew.
+    pub async fn settled(&self) -> CoreResult<bool> {
+        let storage = |e: io::Error| CoreError::Storage(format!("{}: {e}", self.path));
+        let applying = applying(&self.path);
+        let refused = refused(&applying);
+        if self.volume.read(&refused).await.map_err(storage)?.is_some() {
+            self.volume.remove_file(&refused).await.map_err(storage)?;
+            return Err(CoreError::NotLeaderOrFollower);
+        }
+        Ok(self.volume.read(&self.path).await.map_err(storage)?.is_none()
+            && self.volume.read(&applying).await.map_err(storage)?.is_none())
+    }
+}
+
+/// Waits, `POLL_MS` apart, until `queued` is settled; gives up (retriably) once `live` says
+/// the peer it is addressed to is gone, since only its watcher, or the marker's next route,
+/// ends it.
+pub async fn wait_settled<E: Env, V: Volume>(
+    env: &E,
+    queued: &Queued<'_, V>,
+    live: impl Fn() -> bool,
+) -> CoreResult<()> {
+    loop {
+        if queued.settled().await? {
+            return Ok(());
+        }
+        if !live() {
+            return Err(CoreError::CoordinatorNotAvailable);
+        }
+        env.clock().sleep_ms(POLL_MS).await;
+    }
+}
+
+/// The marker watcher of one broker.
+struct Watcher<E: Env> {
+    env: E,
+    broker_id: i32,
+    topics: TopicsHandle,
+    groups: GroupsHandle,
+    claims: Claims<E::Volume>,
+}
+
+/// Starts the marker watcher: it applies what the queue holds for this broker on every
+/// heartbeat (each new view), until the membership actor stops or the returned sender is
+/// dropped (the broker is).
+pub fn start<E: Env>(
+    env: &E,
+    broker_id: i32,
+    topics: TopicsHandle,
+    groups: GroupsHandle,
+    mut view: watch::Receiver<Arc<ClusterView>>,
+) -> oneshot::Sender<()> {
+    let (stop, mut stopped) = oneshot::channel::<()>();
+    let mut watcher =
+        Watcher { env: env.clone(), broker_id, topics, groups, claims: Claims::new(env.volume().clone()) };
+    env.spawner().spawn("marker-watcher", async move {
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stopped => return,
+                changed = view.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+            watcher.apply_queued().await;
+        }
+    });
+    stop
+}
+
+impl<E: Env> Watcher<E> {
+    async fn apply_queued(&mut self) {
+        let volume = self.env.volume().clone();
+        let mine = dir(self.broker_id);
+        let names = match volume.list(&mine).await {
+            Ok(names) => names,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+            Err(e) => return tracing::warn!(error = %e, "cannot list the marker queue"),
+        };
+        for name in names {
+            let path = join(&mine, &name);
+            let taken = if name.ends_with(".json") {
+                let taken = applying(&path);
+                match volume.rename(&path, &taken).await {
+                    Ok(()) => taken,
+                    // Withdrawn by its coordinator meanwhile.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        tracing::warn!(path, error = %e, "cannot take a queued marker");
+                        continue;
+                    }
+                }
+            } else if name.ends_with(".applying") {
+                // Taken before a crash, or not applicable yet: tried again.
+                path
+            } else {
+                continue;
+            };
+            if let Err(e) = self.apply_one(&taken).await {
+                tracing::debug!(path = taken, error = %e, "queued markers not applied yet");
+            }
+        }
+    }
+
+    /// Applies one taken entry, or removes it if it is stale; kept when any marker is not durable.
+    async fn apply_one(&mut self, path: &str) -> CoreResult<()> {
+        let volume = self.env.volume().clone();
+        let storage = |e: io::Error| CoreError::Storage(format!("{path}: {e}"));
+        let Some(raw) = volume.read(path).await.map_err(storage)? else { return Ok(()) };
+        let file = match serde_json::from_slice::<QueueFile>(&raw) {
+            Ok(file) if file.format_version == FORMAT_VERSION => file,
+            // Reported, and removed: the coordinator, finding no answer, routes the markers again.
+            _ => {
+                tracing::error!(path, "damaged or unknown marker queue entry; removed");
+                return volume.remove_file(path).await.map_err(storage);
+            }
+        };
+        if !self.still_prepared(&file).await? {
+            return volume.remove_file(path).await.map_err(storage);
+        }
+        if crate::crash_point!("txn.queue_taken") {
+            crate::park_for_crash().await;
+        }
+        let answers = write_markers_here(&self.topics, &self.groups, &file.markers).await;
+        if let Some((member, Err(e))) = answers.iter().find(|(_, r)| r.as_ref().is_err_and(|e| !not_mine(e))) {
+            tracing::debug!(path, ?member, error = %e, "a queued marker is not durable; kept");
+            return Err(e.clone());
+        }
+        if answers.iter().any(|(_, r)| r.is_err()) {
+            tracing::debug!(path, "a queued marker's member is owned elsewhere now; refused");
+            volume.rename(path, &refused(path)).await.map_err(storage)?;
+            return volume.sync_dir(&dir(self.broker_id)).await.map_err(storage);
+        }
+        tracing::debug!(path, "queued markers applied");
+        volume.remove_file(path).await.map_err(storage)
+    }
+
+    /// Whether the entry's transaction is still prepared, as its slot's newest file says.
+    async fn still_prepared(&mut self, file: &QueueFile) -> CoreResult<bool> {
+        let epoch = self
+            .claims
+            .current(Kind::TxnSlot, &txn_key(&file.transactional_id))
+            .await
+            .map_err(|e| CoreError::Storage(e.to_string()))?
+            .map_or(0, |c| c.epoch);
+        let entry = store::read_entry(self.env.volume(), &file.transactional_id, epoch).await?;
+        let m = &file.markers;
+        let result = if m.commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+        Ok(entry.is_some_and(|e| {
+            e.state == result && (e.producer_id, e.producer_epoch) == (m.producer_id, m.producer_epoch)
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Broker;
+    use crate::config::BrokerConfig;
+    use crate::env::Rng;
+    use crate::env::real::{RealEnv, RealRng};
+    use crate::txn::coordinator::TxnMember;
+
+    #[tokio::test]
+    async fn the_watcher_removes_an_entry_whose_transaction_is_not_prepared_and_a_refusal_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("kaas-queue-{:x}", RealRng::default().next_u64()));
+        let env = RealEnv::new(&dir);
+        let config = BrokerConfig {
+            broker_heartbeat_interval_ms: 50,
+            broker_session_timeout_ms: 1000,
+            ..BrokerConfig::default()
+        };
+        let broker = Broker::start(env.clone(), config).await.unwrap();
+        let markers = Markers {
+            producer_id: 7,
+            producer_epoch: 3,
+            commit: true,
+            coordinator_epoch: 0,
+            members: vec![TxnMember::Partition(("t".into(), 0))],
+        };
+        // No slot file knows "tx": a late write of a coordinator long gone. Never applied.
+        let queued = Queued::enqueue(env.volume(), 0, "tx", &markers).await.unwrap();
+        assert!(!queued.settled().await.unwrap());
+        let mut settled = false;
+        for _ in 0..100 {
+            if queued.settled().await.unwrap() {
+                settled = true;
+                break;
+            }
+            env.clock().sleep_ms(20).await;
+        }
+        assert!(settled, "the watcher removes a stale entry");
+
+        // A watcher that owns a member no more refuses the entry: the coordinator routes anew.
+        let refused_path = refused(&applying(&queued.path));
+        env.volume().write_atomic(&refused_path, Bytes::from_static(b"{}")).await.unwrap();
+        assert!(matches!(queued.settled().await, Err(CoreError::NotLeaderOrFollower)));
+        assert_eq!(env.volume().read(&refused_path).await.unwrap(), None, "a refusal is taken away once seen");
+        assert!(queued.settled().await.unwrap());
+        broker.shutdown().await;
+        let _ = std::fs::remove_dir_all(dir); // allow-nondeterminism: test clean-up
+    }
+}
