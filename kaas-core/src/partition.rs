@@ -27,7 +27,7 @@ use crate::log::batch::BatchHeader;
 use crate::log::control::{self, Marker};
 use crate::log::{DurableEnd, LogConfig, PartitionLog, cut_to_durable};
 use crate::producer::snapshot;
-use crate::producer::state::{AbortedTxn, MarkerVerdict, ProducerEntry, ProducerStates, Verdict};
+use crate::producer::state::{AbortedTxn, Event, MarkerVerdict, ProducerEntry, ProducerStates, Verdict};
 
 /// Commands queued per partition before senders wait.
 const QUEUE_CAPACITY: usize = 1024;
@@ -427,7 +427,7 @@ impl<E: Env> PartitionActor<E> {
                     self.segments_at_snapshot = log.segment_count();
                     self.producers = producers;
                     for (&producer_id, &producer_epoch) in &self.fences {
-                        self.producers.fence(producer_id, producer_epoch);
+                        self.producers.transition(Event::Fence { producer_id, producer_epoch });
                     }
                     self.log = Some(log);
                     self.reopened_at = self.markers_written;
@@ -641,7 +641,7 @@ impl<E: Env> PartitionActor<E> {
                     for (&producer_id, &producer_epoch) in epochs.iter() {
                         let fenced = self.fences.entry(producer_id).or_insert(producer_epoch);
                         *fenced = (*fenced).max(producer_epoch);
-                        self.producers.fence(producer_id, producer_epoch);
+                        self.producers.transition(Event::Fence { producer_id, producer_epoch });
                     }
                 }
                 return;
@@ -741,7 +741,7 @@ impl<E: Env> PartitionActor<E> {
                     match log.append(&header, data).await {
                         Ok(offset) => {
                             tracing::trace!(dir = %self.dir, offset, pid = header.producer_id, seq = header.base_sequence, "appended");
-                            self.producers.apply(&header, offset);
+                            self.producers.transition(Event::Batch { header: &header, base_offset: offset });
                             base_offset.get_or_insert(offset);
                         }
                         Err(e) => {
@@ -773,7 +773,7 @@ impl<E: Env> PartitionActor<E> {
                         if let Some(first_offset) = self.producers.ongoing_first_offset(producer_id) {
                             self.unsynced_ends.push((offset, first_offset));
                         }
-                        self.producers.apply_marker(producer_id, producer_epoch, marker, offset);
+                        self.producers.transition(Event::Marker { producer_id, producer_epoch, marker, offset });
                         self.markers_written += 1;
                         self.last_marker.insert(producer_id, self.markers_written);
                         acks.push((reply, AppendOutcome { base_offset: offset, log_start_offset: -1 }));
@@ -816,7 +816,7 @@ impl<E: Env> PartitionActor<E> {
             Command::DeleteRecords { offset, reply } => {
                 let result = log.delete_records(offset).await.map_err(CoreError::from);
                 // Producers whose every batch is gone are forgotten, as Apache does.
-                self.producers.truncate_head(log.log_start_offset());
+                self.producers.transition(Event::LogStartMoved { log_start_offset: log.log_start_offset() });
                 self.publish();
                 let _ = reply.send(result);
             }
@@ -825,8 +825,8 @@ impl<E: Env> PartitionActor<E> {
                 if let Err(e) = log.enforce_retention(now_ms, stable_end).await {
                     tracing::warn!(dir = %self.dir, error = %e, "retention failed");
                 }
-                self.producers.truncate_head(log.log_start_offset());
-                self.producers.expire(now_ms, self.producer_id_expiration_ms);
+                self.producers.transition(Event::LogStartMoved { log_start_offset: log.log_start_offset() });
+                self.producers.transition(Event::Expire { now_ms, expiration_ms: self.producer_id_expiration_ms });
                 self.publish();
             }
             Command::DescribeProducers { reply } => {

@@ -9,7 +9,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::state::ProducerStates;
+use super::state::{Event, ProducerStates};
 use crate::env::{Volume, join};
 use crate::log::{LogError, PartitionLog};
 
@@ -36,11 +36,15 @@ pub fn parse_name(name: &str) -> Option<(i64, u32)> {
 }
 
 pub fn encode(states: &ProducerStates) -> Bytes {
-    let payload = serde_json::to_vec(states).expect("serialisable");
+    frame(&serde_json::to_vec(states).expect("serialisable"))
+}
+
+/// The header (format version, CRC) and the payload.
+fn frame(payload: &[u8]) -> Bytes {
     let mut b = BytesMut::with_capacity(payload.len() + 8);
     b.put_u32(FORMAT_VERSION);
-    b.put_u32(crc32c::crc32c(&payload));
-    b.put_slice(&payload);
+    b.put_u32(crc32c::crc32c(payload));
+    b.put_slice(payload);
     b.freeze()
 }
 
@@ -56,7 +60,11 @@ pub fn decode(raw: &[u8]) -> Result<ProducerStates, String> {
     if crc32c::crc32c(&raw[8..]) != crc {
         return Err("CRC mismatch".into());
     }
-    serde_json::from_slice(&raw[8..]).map_err(|e| format!("unreadable: {e}"))
+    let states: ProducerStates = serde_json::from_slice(&raw[8..]).map_err(|e| format!("unreadable: {e}"))?;
+    match states.broken() {
+        Some(invariant) => Err(format!("broken invariant: {invariant}")),
+        None => Ok(states),
+    }
 }
 
 /// The producer state of `log`: the newest readable snapshot at or below the log end, then
@@ -95,17 +103,26 @@ pub async fn restore<V: Volume>(volume: &V, log: &PartitionLog<V>) -> Result<Pro
         Some((offset, states)) => (offset, states),
         None => (log.log_start_offset(), ProducerStates::default()),
     };
-    states.truncate_head(log.log_start_offset());
+    states.transition(Event::LogStartMoved { log_start_offset: log.log_start_offset() });
     let from = from.max(log.log_start_offset());
     for (header, marker) in log.batch_headers(from).await? {
         if header.producer_id < 0 || header.base_offset < from {
             continue;
         }
-        match marker {
-            Some(marker) => states.apply_marker(header.producer_id, header.producer_epoch, marker, header.base_offset),
-            None => states.apply(&header, header.base_offset),
-        }
+        let event = match marker {
+            Some(marker) => Event::Marker {
+                producer_id: header.producer_id,
+                producer_epoch: header.producer_epoch,
+                marker,
+                offset: header.base_offset,
+            },
+            None => Event::Batch { header: &header, base_offset: header.base_offset },
+        };
+        states.transition(event);
     }
+    // What a take-over serves from: every invariant holds of it (the snapshot's were checked
+    // when it was read, the tail's by each transition).
+    states.check_invariants();
     Ok(states)
 }
 
@@ -135,7 +152,7 @@ mod tests {
     fn a_snapshot_round_trips_and_damage_is_detected() {
         let mut states = ProducerStates::default();
         let header = crate::producer::state::tests::batch(1 << 40, 3, 9, 3);
-        states.apply(&header, 42);
+        states.transition(Event::Batch { header: &header, base_offset: 42 });
         let raw = encode(&states);
         assert_eq!(decode(&raw).unwrap(), states);
         let mut flipped = raw.to_vec();
@@ -146,6 +163,10 @@ mod tests {
         future[3] = 9;
         assert!(decode(&future).unwrap_err().contains("format version"));
         assert!(decode(&raw[..5]).is_err());
+        // Whole and readable, but not a state any transition leaves: refused, not trusted.
+        let json = String::from_utf8(raw[8..].to_vec()).unwrap().replace("\"base_offset\":42", "\"base_offset\":99");
+        let broken = frame(json.as_bytes());
+        assert!(decode(&broken).unwrap_err().contains("batch's offsets run forward"), "{json}");
         assert_eq!(parse_name(&name(42, 0)), Some((42, 0)));
         assert_eq!(parse_name(&name(42, 3)), Some((42, 3)));
         assert_eq!(parse_name("00000000000000000042-0.snapshot"), None);

@@ -22,6 +22,10 @@
 //! transactional batch opens its transaction in this partition (the first unstable offset),
 //! a COMMIT or ABORT marker closes it, and an aborted one is remembered with its offset range
 //! for read_committed fetches (the aborted-transaction index).
+//!
+//! Every change is an `Event` taken by `ProducerStates::transition`, in one place, which checks
+//! the invariants of what it touched at the end; `check_invariants` checks all of them (the
+//! take-over path, after filling the state from the snapshot and the log tail).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -78,20 +82,46 @@ impl ProducerEntry {
         self.batches.back().map(|b| b.last_seq)
     }
 
-    /// What every transition leaves true of one producer.
+    /// Which invariant of one producer is broken, if any: what every transition leaves true.
+    fn broken(&self, window: usize) -> Option<&'static str> {
+        let batches_forward = self.batches.iter().all(|b| b.base_offset <= b.last_offset);
+        let in_order = self.batches.iter().zip(self.batches.iter().skip(1)).all(|(a, b)| a.last_offset < b.base_offset);
+        let txn_starts_before_last = match (self.current_txn_first_offset, self.batches.back()) {
+            (Some(first), Some(last)) => first <= last.last_offset,
+            _ => true,
+        };
+        [
+            (self.producer_epoch >= 0, "a producer epoch is never negative"),
+            (self.batches.len() <= window, "the dedupe window is bounded"),
+            (batches_forward, "a batch's offsets run forward"),
+            (in_order, "a producer's batches are in log order"),
+            (txn_starts_before_last, "an open transaction starts at or before the producer's last batch"),
+        ]
+        .into_iter()
+        .find_map(|(holds, invariant)| (!holds).then_some(invariant))
+    }
+
     fn check_invariants(&self, window: usize) {
-        assert!(self.producer_epoch >= 0, "a producer epoch is never negative");
-        assert!(self.batches.len() <= window, "the dedupe window is bounded");
-        for b in &self.batches {
-            assert!(b.base_offset <= b.last_offset, "a batch's offsets run forward");
-        }
-        for pair in self.batches.iter().zip(self.batches.iter().skip(1)) {
-            assert!(pair.0.last_offset < pair.1.base_offset, "a producer's batches are in log order");
-        }
-        if let (Some(first), Some(last)) = (self.current_txn_first_offset, self.batches.back()) {
-            assert!(first <= last.last_offset, "an open transaction starts at or before the producer's last batch");
+        if let Some(invariant) = self.broken(window) {
+            panic!("{invariant}");
         }
     }
+}
+
+/// Everything that changes a partition's producer state.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// A batch appended at `base_offset`: from a produce that `check` let through, or from the
+    /// log while rebuilding, where whatever is in the log wins.
+    Batch { header: &'a BatchHeader, base_offset: i64 },
+    /// A marker appended at `offset` (let through by `check_marker`, or read from the log).
+    Marker { producer_id: i64, producer_epoch: i16, marker: Marker, offset: i64 },
+    /// The coordinator moved the producer to a newer epoch without a marker (a rejoin).
+    Fence { producer_id: i64, producer_epoch: i16 },
+    /// `producer.id.expiration.ms` at `now_ms`: idle producers are forgotten.
+    Expire { now_ms: i64, expiration_ms: i64 },
+    /// The log's start moved up to `log_start_offset` (DeleteRecords, retention).
+    LogStartMoved { log_start_offset: i64 },
 }
 
 /// What to do with an incoming producer batch.
@@ -150,6 +180,70 @@ impl ProducerStates {
         if crate::mutant!(DedupeWindowOfOne) { 1 } else { self.window_override.unwrap_or(BATCHES_RETAINED) }
     }
 
+    /// Takes one event; whether anything changed (a fence of a producer already fenced, or an
+    /// expiry that forgets nobody, changes nothing).
+    pub fn transition(&mut self, event: Event) -> bool {
+        let changed = match event {
+            Event::Batch { header, base_offset } => self.on_batch(header, base_offset),
+            Event::Marker { producer_id, producer_epoch, marker, offset } => {
+                self.on_marker(producer_id, producer_epoch, marker, offset)
+            }
+            Event::Fence { producer_id, producer_epoch } => self.on_fence(producer_id, producer_epoch),
+            Event::Expire { now_ms, expiration_ms } => self.on_expire(now_ms, expiration_ms),
+            Event::LogStartMoved { log_start_offset } => self.on_log_start_moved(log_start_offset),
+        };
+        // What the event touched; the whole state with debug assertions on (the simulator).
+        match event {
+            Event::Batch { header, .. } => self.check_producer(header.producer_id),
+            Event::Marker { producer_id, .. } | Event::Fence { producer_id, .. } => self.check_producer(producer_id),
+            Event::Expire { .. } | Event::LogStartMoved { .. } => {}
+        }
+        self.check_aborted_tail();
+        if cfg!(debug_assertions) {
+            self.check_invariants();
+        }
+        changed
+    }
+
+    /// What every transition leaves true, of every producer and of the aborted index.
+    pub fn check_invariants(&self) {
+        if let Some(invariant) = self.broken() {
+            panic!("{invariant}");
+        }
+    }
+
+    /// Which invariant is broken, if any: how a state read from a file (a snapshot) is judged
+    /// before it is trusted.
+    pub fn broken(&self) -> Option<&'static str> {
+        let window = self.window();
+        if let Some(invariant) = self.producers.values().find_map(|e| e.broken(window)) {
+            return Some(invariant);
+        }
+        if !self.aborted.iter().all(|a| a.first_offset < a.last_offset) {
+            return Some("an aborted range ends at its marker");
+        }
+        if !self.aborted.windows(2).all(|pair| pair[0].last_offset < pair[1].last_offset) {
+            return Some("aborted transactions are kept in marker order");
+        }
+        None
+    }
+
+    fn check_producer(&self, producer_id: i64) {
+        if let Some(entry) = self.producers.get(&producer_id) {
+            entry.check_invariants(self.window());
+        }
+    }
+
+    /// The newest aborted range, the only one a transition adds.
+    fn check_aborted_tail(&self) {
+        if let Some(a) = self.aborted.last() {
+            assert!(a.first_offset < a.last_offset, "an aborted range ends at its marker");
+        }
+        if let [.., before, last] = self.aborted.as_slice() {
+            assert!(before.last_offset < last.last_offset, "aborted transactions are kept in marker order");
+        }
+    }
+
     /// Classifies a batch with a producer id (`header.producer_id >= 0`) before it is appended.
     pub fn check(&self, header: &BatchHeader) -> Verdict {
         debug_assert!(header.producer_id >= 0);
@@ -175,11 +269,9 @@ impl ProducerStates {
         }
     }
 
-    /// Records a batch appended at `base_offset` (from a produce that `check` let through, or
-    /// from the log while rebuilding, where whatever is in the log wins).
-    pub fn apply(&mut self, header: &BatchHeader, base_offset: i64) {
+    fn on_batch(&mut self, header: &BatchHeader, base_offset: i64) -> bool {
         if header.producer_id < 0 {
-            return;
+            return false;
         }
         let window = self.window();
         let entry = self.producers.entry(header.producer_id).or_insert_with(|| ProducerEntry {
@@ -207,7 +299,7 @@ impl ProducerStates {
             entry.batches.pop_front();
         }
         entry.last_timestamp = entry.last_timestamp.max(header.max_timestamp);
-        entry.check_invariants(window);
+        true
     }
 
     /// Classifies a marker of `producer_epoch` before it is appended.
@@ -218,11 +310,10 @@ impl ProducerStates {
         }
     }
 
-    /// Records a marker appended at `offset`: the producer's open transaction here (if any)
-    /// ends, and an aborted one joins the index. A marker of a newer epoch (a coordinator that
-    /// fenced the producer) moves the producer to it: the old epoch is fenced here too, and the
-    /// new one starts its sequence at 0.
-    pub fn apply_marker(&mut self, producer_id: i64, producer_epoch: i16, marker: Marker, offset: i64) {
+    /// The producer's open transaction here (if any) ends, and an aborted one joins the index.
+    /// A marker of a newer epoch (a coordinator that fenced the producer) moves the producer to
+    /// it: the old epoch is fenced here too, and the new one starts its sequence at 0.
+    fn on_marker(&mut self, producer_id: i64, producer_epoch: i16, marker: Marker, offset: i64) -> bool {
         let entry = self.producers.entry(producer_id).or_insert_with(|| ProducerEntry {
             producer_epoch,
             batches: VecDeque::new(),
@@ -240,23 +331,13 @@ impl ProducerStates {
             self.aborted.push(AbortedTxn { producer_id, first_offset, last_offset: offset });
         }
         assert!(self.producers[&producer_id].current_txn_first_offset.is_none(), "a marker ends the transaction");
-        self.check_aborted();
+        true
     }
 
-    /// The aborted index stays in log order, each range ending at its marker after its start.
-    fn check_aborted(&self) {
-        for a in &self.aborted {
-            assert!(a.first_offset < a.last_offset, "an aborted range ends at its marker");
-        }
-        for pair in self.aborted.windows(2) {
-            assert!(pair[0].last_offset < pair[1].last_offset, "aborted transactions are kept in marker order");
-        }
-    }
-
-    /// Moves a producer to a newer epoch without a marker (the coordinator's fence on a rejoin):
-    /// batches of older epochs are refused from now on. Nothing happens to an unknown producer
-    /// or one already at `producer_epoch` or later.
-    pub fn fence(&mut self, producer_id: i64, producer_epoch: i16) -> bool {
+    /// Batches of older epochs are refused from now on. Nothing happens to an unknown producer,
+    /// one already at `producer_epoch` or later, or one with a transaction open here (its
+    /// marker moves it).
+    fn on_fence(&mut self, producer_id: i64, producer_epoch: i16) -> bool {
         match self.producers.get_mut(&producer_id) {
             Some(entry) if entry.producer_epoch < producer_epoch && entry.current_txn_first_offset.is_none() => {
                 entry.producer_epoch = producer_epoch;
@@ -295,21 +376,20 @@ impl ProducerStates {
         self.aborted.iter().filter(|a| a.last_offset >= from && a.first_offset < to).copied().collect()
     }
 
-    /// Forgets producers idle (by their batches' timestamps) for `expiration_ms` at `now_ms`,
-    /// as `producer.id.expiration.ms` asks; never one with an open transaction. Returns how
-    /// many were forgotten.
-    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+    /// Forgets producers idle (by their batches' timestamps) for `expiration_ms`; never one
+    /// with an open transaction.
+    fn on_expire(&mut self, now_ms: i64, expiration_ms: i64) -> bool {
         let before = self.producers.len();
         self.producers.retain(|_, e| {
             e.current_txn_first_offset.is_some() || now_ms.saturating_sub(e.last_timestamp) < expiration_ms
         });
-        before - self.producers.len()
+        before != self.producers.len()
     }
 
-    /// Forgets the producers whose every batch lies below `log_start_offset` (DeleteRecords,
-    /// retention), as Apache does when it removes their segments, and the aborted
-    /// transactions that ended there.
-    pub fn truncate_head(&mut self, log_start_offset: i64) {
+    /// Forgets the producers whose every batch lies below `log_start_offset`, as Apache does
+    /// when it removes their segments, and the aborted transactions that ended there.
+    fn on_log_start_moved(&mut self, log_start_offset: i64) -> bool {
+        let (producers, aborted) = (self.producers.len(), self.aborted.len());
         self.producers.retain(|_, e| {
             e.current_txn_first_offset.is_some() || e.batches.back().is_none_or(|b| b.last_offset >= log_start_offset)
         });
@@ -319,7 +399,7 @@ impl ProducerStates {
                 || e.batches.back().is_none_or(|b| b.last_offset >= log_start_offset)),
             "no producer is kept whose batches are all gone"
         );
-        self.check_aborted();
+        (producers, aborted) != (self.producers.len(), self.aborted.len())
     }
 }
 
@@ -352,7 +432,7 @@ pub(crate) mod tests {
         for (i, seq) in [0, 3, 6, 9, 12, 15].iter().enumerate() {
             let b = batch(7, 0, *seq, 3);
             assert_eq!(states.check(&b), Verdict::Append);
-            states.apply(&b, 100 + 3 * i as i64);
+            states.transition(Event::Batch { header: &b, base_offset: 100 + 3 * i as i64 });
         }
         assert_eq!(states.check(&batch(7, 0, 3, 3)), Verdict::Duplicate { base_offset: 103 });
         assert_eq!(states.check(&batch(7, 0, 15, 3)), Verdict::Duplicate { base_offset: 115 });
@@ -365,11 +445,11 @@ pub(crate) mod tests {
     #[test]
     fn epochs_fence_and_restart_the_sequence() {
         let mut states = ProducerStates::default();
-        states.apply(&batch(7, 3, 0, 5), 0);
+        states.transition(Event::Batch { header: &batch(7, 3, 0, 5), base_offset: 0 });
         assert_eq!(states.check(&batch(7, 2, 5, 1)), Verdict::InvalidProducerEpoch);
         assert_eq!(states.check(&batch(7, 4, 5, 1)), Verdict::OutOfOrderSequence, "a new epoch starts at 0");
         assert_eq!(states.check(&batch(7, 4, 0, 1)), Verdict::Append);
-        states.apply(&batch(7, 4, 0, 1), 5);
+        states.transition(Event::Batch { header: &batch(7, 4, 0, 1), base_offset: 5 });
         assert_eq!(states.check(&batch(7, 3, 0, 5)), Verdict::InvalidProducerEpoch, "the old duplicate is fenced too");
         assert_eq!(states.get(7).unwrap().batches.len(), 1);
     }
@@ -381,7 +461,7 @@ pub(crate) mod tests {
         assert_eq!(states.check(&batch(9, 0, 0, 2)), Verdict::Append);
         // Rebuilding from the log takes whatever the log holds.
         let b = batch(9, 0, i32::MAX - 1, 2);
-        states.apply(&b, 10);
+        states.transition(Event::Batch { header: &b, base_offset: 10 });
         assert_eq!(states.get(9).unwrap().last_seq(), Some(i32::MAX));
         assert_eq!(states.check(&batch(9, 0, 1, 1)), Verdict::OutOfOrderSequence);
         assert_eq!(states.check(&batch(9, 0, 0, 1)), Verdict::Append, "wraps to 0 after i32::MAX");
@@ -395,43 +475,48 @@ pub(crate) mod tests {
     #[test]
     fn transactions_hold_the_first_unstable_offset_until_their_marker() {
         let mut states = ProducerStates::default();
-        states.apply(&transactional(1, 0, 0, 2), 10);
-        states.apply(&transactional(2, 0, 0, 1), 12);
-        states.apply(&transactional(1, 0, 2, 1), 13);
+        states.transition(Event::Batch { header: &transactional(1, 0, 0, 2), base_offset: 10 });
+        states.transition(Event::Batch { header: &transactional(2, 0, 0, 1), base_offset: 12 });
+        states.transition(Event::Batch { header: &transactional(1, 0, 2, 1), base_offset: 13 });
         assert_eq!(states.first_unstable_offset(), Some(10));
         assert_eq!((states.ongoing_epoch(1), states.ongoing_first_offset(2)), (Some(0), Some(12)));
-        states.apply_marker(1, 0, Marker::Abort, 14);
+        states.transition(Event::Marker { producer_id: 1, producer_epoch: 0, marker: Marker::Abort, offset: 14 });
         assert_eq!(states.first_unstable_offset(), Some(12), "the oldest open transaction now");
         assert_eq!(
             states.aborted_between(0, 100),
             vec![AbortedTxn { producer_id: 1, first_offset: 10, last_offset: 14 }]
         );
         assert!(states.aborted_between(15, 100).is_empty() && states.aborted_between(0, 10).is_empty());
-        states.apply_marker(2, 0, Marker::Commit, 15);
+        states.transition(Event::Marker { producer_id: 2, producer_epoch: 0, marker: Marker::Commit, offset: 15 });
         assert_eq!(states.first_unstable_offset(), None);
         assert_eq!(states.aborted_between(0, 100).len(), 1, "a commit is not indexed");
         // A marker of a newer epoch (the coordinator fenced the producer) moves it there.
         assert_eq!(states.check_marker(2, 0), MarkerVerdict::Append);
-        states.apply_marker(2, 3, Marker::Abort, 16);
+        states.transition(Event::Marker { producer_id: 2, producer_epoch: 3, marker: Marker::Abort, offset: 16 });
         assert_eq!(states.check(&transactional(2, 0, 1, 1)), Verdict::InvalidProducerEpoch);
         assert_eq!(states.check_marker(2, 2), MarkerVerdict::InvalidProducerEpoch);
         // The fence bumps a producer with no open transaction, and only upwards.
-        assert!(states.fence(1, 4) && !states.fence(1, 2) && !states.fence(99, 1));
+        let fence = |states: &mut ProducerStates, producer_id, producer_epoch| {
+            states.transition(Event::Fence { producer_id, producer_epoch })
+        };
+        assert!(fence(&mut states, 1, 4) && !fence(&mut states, 1, 2) && !fence(&mut states, 99, 1));
         assert_eq!(states.check(&batch(1, 3, 3, 1)), Verdict::InvalidProducerEpoch);
-        states.truncate_head(15);
+        states.transition(Event::LogStartMoved { log_start_offset: 15 });
         assert!(states.aborted_between(0, 100).is_empty(), "retention forgets aborted transactions");
     }
 
     #[test]
     fn idle_producers_expire_and_deleted_ones_are_forgotten() {
         let mut states = ProducerStates::default();
-        states.apply(&batch(1, 0, 0, 1), 0);
+        states.transition(Event::Batch { header: &batch(1, 0, 0, 1), base_offset: 0 });
         let mut late = batch(2, 0, 0, 1);
         late.max_timestamp = 5000;
-        states.apply(&late, 1);
-        assert_eq!(states.expire(1000 + 3000, 3000), 1);
+        states.transition(Event::Batch { header: &late, base_offset: 1 });
+        let known = states.len();
+        assert!(states.transition(Event::Expire { now_ms: 1000 + 3000, expiration_ms: 3000 }));
+        assert_eq!(states.len(), known - 1);
         assert!(states.get(1).is_none() && states.get(2).is_some());
-        states.truncate_head(2);
+        states.transition(Event::LogStartMoved { log_start_offset: 2 });
         assert!(states.is_empty());
     }
 }
