@@ -206,6 +206,15 @@ impl TopicsHandle {
         }
     }
 
+    /// Topics named by id (Fetch v13+) that this broker does not know: every topic file is read
+    /// again (one rescan shared with the reads asked together), as ids are not file names.
+    pub async fn refresh_ids<'a>(&self, ids: impl IntoIterator<Item = &'a [u8; 16]>) {
+        let snapshot = self.snapshot();
+        if ids.into_iter().any(|id| !snapshot.names_by_id.contains_key(id)) {
+            self.refresh_all().await;
+        }
+    }
+
     /// For admin reads (listing topics, describing configs): what peers changed is read now, so
     /// that a client sees its own CreateTopics or AlterConfigs on whichever broker it asks next,
     /// as it would from Apache's brokers, which apply the metadata log before answering much.

@@ -31,6 +31,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// The partitions each transaction's records were seen in, and when the last one arrived.
+type Seen = Arc<Mutex<BTreeMap<usize, (Vec<i32>, Instant)>>>;
+
 /// Commit-to-visible latency of `txns` transactions against `bootstrap`, sorted.
 fn measure(bootstrap: &str, txns: usize) -> Vec<Duration> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -41,8 +44,7 @@ fn measure(bootstrap: &str, txns: usize) -> Vec<Duration> {
         let created = admin.create_topics([&topic], &AdminOptions::new()).await.unwrap();
         assert!(created[0].is_ok(), "{created:?}");
     });
-    // Records seen per transaction, and when the last one arrived.
-    let seen: Arc<Mutex<BTreeMap<usize, (usize, Instant)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let consumer = {
         let (seen, stop, bootstrap) = (seen.clone(), stop.clone(), bootstrap.to_string());
@@ -61,11 +63,16 @@ fn measure(bootstrap: &str, txns: usize) -> Vec<Duration> {
             }
             consumer.assign(&assignment).unwrap();
             while !stop.load(Ordering::SeqCst) {
-                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(5)) {
+                let polled = consumer.poll(Duration::from_millis(5));
+                if let Some(Err(e)) = &polled {
+                    eprintln!("consumer: {e}");
+                }
+                if let Some(Ok(m)) = polled {
                     let txn: usize = std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap();
                     let mut seen = seen.lock().unwrap();
-                    let entry = seen.entry(txn).or_insert((0, Instant::now()));
-                    *entry = (entry.0 + 1, Instant::now());
+                    let entry = seen.entry(txn).or_insert((Vec::new(), Instant::now()));
+                    entry.0.push(m.partition());
+                    entry.1 = Instant::now();
                 }
             }
         })
@@ -95,8 +102,12 @@ fn measure(bootstrap: &str, txns: usize) -> Vec<Duration> {
         committed_at.push(committing);
         // The next transaction starts once this one is visible: one latency at a time.
         let deadline = Instant::now() + timeout;
-        while seen.lock().unwrap().get(&txn).is_none_or(|(n, _)| *n < PARTITIONS as usize) {
-            assert!(Instant::now() < deadline, "transaction {txn} never became visible");
+        while seen.lock().unwrap().get(&txn).is_none_or(|(p, _)| p.len() < PARTITIONS as usize) {
+            assert!(
+                Instant::now() < deadline,
+                "transaction {txn} never became visible: seen in partitions {:?}",
+                seen.lock().unwrap().get(&txn).map(|(p, _)| p.clone())
+            );
             std::thread::sleep(Duration::from_micros(200));
         }
     }

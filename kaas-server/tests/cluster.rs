@@ -269,3 +269,61 @@ async fn a_stable_group_goes_on_without_a_rebalance_when_its_coordinator_is_kill
     assert_eq!(after, before, "no rebalance across the coordinator's death");
     assert_eq!(consumer.assignment().unwrap().count(), PARTITIONS as usize, "the assignment is kept");
 }
+
+/// A consumer assigned to a topic the moment CreateTopics returns, on another broker than the
+/// one that created it, reads every partition: a partition's owner that has not heard of the
+/// topic yet reads its file when a Fetch or ListOffsets names it, instead of answering
+/// UNKNOWN_TOPIC_OR_PARTITION until its next rescan (after which librdkafka may back off for
+/// longer than a transaction timeout). Default leases: the rescan is seconds away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_topic_created_on_one_broker_is_read_at_once_from_every_broker() {
+    const NAME: &str = "created-elsewhere";
+    let brokers = Kaas::cluster(NAME, 3, &[]);
+    let all: Vec<String> = brokers.iter().map(Kaas::bootstrap).collect();
+    let bootstrap = all.join(",");
+    wait_for_brokers(&bootstrap, &[0, 1, 2]);
+    // Every broker settled and owning its share.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &all[0]).create().unwrap();
+    let topic = NewTopic::new(NAME, PARTITIONS, TopicReplication::Fixed(1));
+    let created = admin.create_topics([&topic], &AdminOptions::new()).await.unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", NAME)
+        .set("fetch.wait.max.ms", "10")
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        assignment.add_partition_offset(NAME, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    // The consumer alone first: its ListOffsets and Fetches reach owners that may not have
+    // heard of the topic yet.
+    let mut unknown = 0;
+    let mut poll = |seen: &mut std::collections::BTreeSet<i32>| match consumer.poll(Duration::from_millis(50)) {
+        Some(Ok(m)) => drop(seen.insert(m.partition())),
+        Some(Err(e)) if e.to_string().contains("Unknown topic or partition") => unknown += 1,
+        _ => {}
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let alone = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < alone {
+        poll(&mut seen);
+    }
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &bootstrap).create().unwrap();
+    for p in 0..PARTITIONS {
+        let record = FutureRecord::<(), _>::to(NAME).partition(p).payload("x");
+        producer.send(record, Duration::from_secs(10)).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.len() < PARTITIONS as usize && Instant::now() < deadline {
+        poll(&mut seen);
+    }
+    assert_eq!(seen.len(), PARTITIONS as usize, "partitions read: {seen:?}");
+    assert_eq!(unknown, 0, "a broker answered UNKNOWN_TOPIC_OR_PARTITION for a topic created on a peer");
+}

@@ -813,7 +813,10 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
     let mut remote: BTreeMap<Endpoint, Vec<TxnMember>> = BTreeMap::new();
     for (topic, index) in &entry.partitions {
         // A partition deleted since owes nothing.
-        let Some(partition) = snapshot.partition(topic, *index) else { continue };
+        let Some(partition) = snapshot.partition(topic, *index) else {
+            tracing::info!(transactional_id = %entry.transactional_id, topic, index, "no marker for a partition deleted since");
+            continue;
+        };
         match view.peer_owning(&partition_key(topic, *index)) {
             Some(peer) => remote.entry(peer).or_default().push(TxnMember::Partition((topic.clone(), *index))),
             None => local
@@ -827,8 +830,8 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
             None => local_groups.push(group_id),
         }
     }
+    tracing::debug!(transactional_id = %entry.transactional_id, local = local.len(), ?remote, "writing markers");
     let mut asked = Vec::new();
-    let volume = to.env.volume();
     for (peer, members) in remote {
         let markers = peers::Markers {
             producer_id: entry.producer_id,
@@ -837,9 +840,13 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
             coordinator_epoch: COORDINATOR_EPOCH,
             members: members.clone(),
         };
-        let queued = Queued::enqueue(volume, peer.broker_id, &entry.transactional_id, &markers).await;
-        let queued =
-            queued.map_err(|e| CoreError::Storage(format!("marker queue of broker {}: {e}", peer.broker_id)))?;
+        // The entries of every peer are written at once, while the calls go out.
+        let (done, queued) = oneshot::channel();
+        let (volume, id, to_peer, queue_markers) =
+            (to.env.volume().clone(), entry.transactional_id.clone(), peer.broker_id, markers.clone());
+        to.env.spawner().spawn("marker-enqueue", async move {
+            let _ = done.send(Queued::enqueue(volume, to_peer, &id, &queue_markers).await);
+        });
         let answer = to.peers.queue_markers(peer.clone(), markers).await;
         asked.push((peer, members, queued, answer));
     }
@@ -857,6 +864,9 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
             }
         }
         for (peer, members, queued, answer) in asked {
+            let queued = queued.await.unwrap_or_else(|_| Err(std::io::Error::other("enqueue task stopped")));
+            let queued =
+                queued.map_err(|e| CoreError::Storage(format!("marker queue of broker {}: {e}", peer.broker_id)))?;
             await_peer(to, &peer, &members, &queued, answer).await?;
             for _ in &members {
                 if first_durable() {
@@ -881,7 +891,7 @@ async fn await_peer<E: Env>(
     to: &MarkerRoutes<E>,
     peer: &Endpoint,
     members: &[TxnMember],
-    queued: &Queued<'_, E::Volume>,
+    queued: &Queued<E::Volume>,
     answer: oneshot::Receiver<Vec<(TxnMember, CoreResult<()>)>>,
 ) -> CoreResult<()> {
     let live = || to.membership.view().live.contains_key(&peer.broker_id);

@@ -75,14 +75,15 @@ fn not_mine(e: &CoreError) -> bool {
 }
 
 /// The coordinator's side: what it leaves for broker `to`, and how it learns the entry is done.
-pub struct Queued<'a, V: Volume> {
-    volume: &'a V,
+pub struct Queued<V: Volume> {
+    volume: V,
     path: String,
 }
 
-impl<'a, V: Volume> Queued<'a, V> {
-    /// Leaves `markers` for broker `to`, durably, before the call that carries them is sent.
-    pub async fn enqueue(volume: &'a V, to: i32, transactional_id: &str, markers: &Markers) -> io::Result<Self> {
+impl<V: Volume> Queued<V> {
+    /// Leaves `markers` for broker `to`, durably. The call that carries them may go before it
+    /// is written: the entry only has to be durable before the coordinator waits on it.
+    pub async fn enqueue(volume: V, to: i32, transactional_id: &str, markers: &Markers) -> io::Result<Self> {
         let file = QueueFile {
             format_version: FORMAT_VERSION,
             transactional_id: transactional_id.to_string(),
@@ -118,14 +119,15 @@ impl<'a, V: Volume> Queued<'a, V> {
 /// Waits, `POLL_MS` apart, until `queued` is settled; gives up (retriably) once `live` says
 /// the peer it is addressed to is gone, since only its watcher, or the marker's next route,
 /// ends it.
-pub async fn wait_settled<E: Env, V: Volume>(
-    env: &E,
-    queued: &Queued<'_, V>,
-    live: impl Fn() -> bool,
-) -> CoreResult<()> {
+pub async fn wait_settled<E: Env, V: Volume>(env: &E, queued: &Queued<V>, live: impl Fn() -> bool) -> CoreResult<()> {
+    let mut polls = 0u64;
     loop {
         if queued.settled().await? {
             return Ok(());
+        }
+        polls += 1;
+        if polls.is_multiple_of(50) {
+            tracing::debug!(path = queued.path, polls, "still waiting for the marker watcher");
         }
         if !live() {
             return Err(CoreError::CoordinatorNotAvailable);
@@ -182,6 +184,7 @@ impl<E: Env> Watcher<E> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return,
             Err(e) => return tracing::warn!(error = %e, "cannot list the marker queue"),
         };
+        tracing::trace!(?names, "marker queue");
         for name in names {
             let path = join(&mine, &name);
             let taken = if name.ends_with(".json") {
@@ -221,6 +224,11 @@ impl<E: Env> Watcher<E> {
             }
         };
         if !self.still_prepared(&file).await? {
+            tracing::debug!(
+                path,
+                transactional_id = file.transactional_id,
+                "a queued entry of a transaction no longer prepared; removed"
+            );
             return volume.remove_file(path).await.map_err(storage);
         }
         if crate::crash_point!("txn.queue_taken") {
@@ -284,7 +292,7 @@ mod tests {
             members: vec![TxnMember::Partition(("t".into(), 0))],
         };
         // No slot file knows "tx": a late write of a coordinator long gone. Never applied.
-        let queued = Queued::enqueue(env.volume(), 0, "tx", &markers).await.unwrap();
+        let queued = Queued::enqueue(env.volume().clone(), 0, "tx", &markers).await.unwrap();
         assert!(!queued.settled().await.unwrap());
         let mut settled = false;
         for _ in 0..100 {

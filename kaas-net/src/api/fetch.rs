@@ -35,6 +35,13 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
         }
         let max_wait = Duration::from_millis(request.max_wait_ms.clamp(0, MAX_WAIT_MS_MAX) as u64);
         let deadline = clock.monotonic() + max_wait;
+        // A topic a peer created a moment ago is read now, not at the next rescan: a consumer
+        // told UNKNOWN_TOPIC_OR_PARTITION by a partition's new owner may back off for long.
+        if header.request_api_version >= 13 {
+            topics.refresh_ids(request.topics.iter().map(|t| t.topic_id.as_bytes())).await;
+        } else {
+            topics.refresh(request.topics.iter().map(|t| t.topic.0.as_str())).await;
+        }
         let mut data_version = topics.data_version.clone();
         loop {
             data_version.borrow_and_update();

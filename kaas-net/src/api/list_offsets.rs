@@ -26,6 +26,8 @@ pub async fn handle<E: Env>(
     // The leader epoch exists from v4 on; below it the field must keep its default.
     let leader_epoch = if header.request_api_version >= 4 { 0 } else { -1 };
     let read_committed = request.isolation_level == 1;
+    // A topic a peer created a moment ago is read now, not at the next rescan.
+    ctx.broker.topics.refresh(request.topics.iter().map(|t| t.name.0.as_str())).await;
     let snapshot = ctx.broker.topics.snapshot();
     let mut topics = Vec::new();
     for t in request.topics {

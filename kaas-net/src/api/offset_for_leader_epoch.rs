@@ -16,6 +16,7 @@ pub async fn handle<E: Env>(
     _header: &RequestHeader,
     request: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
+    ctx.broker.topics.refresh(request.topics.iter().map(|t| t.topic.0.as_str())).await;
     let snapshot = ctx.broker.topics.snapshot();
     let mut topics = Vec::new();
     for t in request.topics {
