@@ -9,7 +9,7 @@
 //! producer id: durable like commits, invisible to OffsetFetch until the producer's transaction
 //! commits (then they become the committed offsets) or aborts (then they are dropped).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -90,6 +90,10 @@ pub struct OffsetStore<V: Volume> {
     volume: V,
     groups: BTreeMap<String, GroupOffsets>,
     epochs: BTreeMap<String, u32>,
+    /// Groups whose last write failed: their file may hold that write or the one before it
+    /// (a failed directory fsync after the rename), so the next change is written even when
+    /// memory says there is nothing to change.
+    uncertain: BTreeSet<String>,
 }
 
 fn storage(e: impl std::fmt::Display) -> CoreError {
@@ -99,7 +103,7 @@ fn storage(e: impl std::fmt::Display) -> CoreError {
 impl<V: Volume> OffsetStore<V> {
     pub async fn new(volume: V) -> CoreResult<Self> {
         volume.create_dir_all(GROUPS_DIR).await.map_err(storage)?;
-        Ok(OffsetStore { volume, groups: BTreeMap::new(), epochs: BTreeMap::new() })
+        Ok(OffsetStore { volume, groups: BTreeMap::new(), epochs: BTreeMap::new(), uncertain: BTreeSet::new() })
     }
 
     /// The ids of every group with an offsets file, from a listing (which may be stale on NFS:
@@ -159,6 +163,7 @@ impl<V: Volume> OffsetStore<V> {
     pub fn release(&mut self, group_id: &str) {
         self.groups.remove(group_id);
         self.epochs.remove(group_id);
+        self.uncertain.remove(group_id);
     }
 
     /// The group's membership as last written.
@@ -169,7 +174,7 @@ impl<V: Volume> OffsetStore<V> {
     /// Makes the group's membership durable (a no-op if it is already what the file holds).
     pub async fn set_membership(&mut self, group_id: &str, membership: Option<GroupMetadata>) -> CoreResult<()> {
         let current = self.groups.get(group_id).and_then(|g| g.membership.as_ref());
-        if current == membership.as_ref() {
+        if current == membership.as_ref() && !self.uncertain.contains(group_id) {
             return Ok(());
         }
         let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
@@ -227,14 +232,15 @@ impl<V: Volume> OffsetStore<V> {
     /// Ends the staged offsets of `producer_id` in the group: committed offsets on a commit,
     /// dropped on an abort. Idempotent: a repeat finds nothing staged and changes nothing.
     pub async fn complete_txn(&mut self, group_id: &str, producer_id: i64, commit: bool) -> CoreResult<()> {
-        let Some(current) = self.groups.get(group_id) else { return Ok(()) };
-        if !current.pending.contains_key(&producer_id) {
+        let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
+        // After a failed write the file may stage what memory does not (a TxnOffsetCommit
+        // answered KAFKA_STORAGE_ERROR): it is written again, without them.
+        let staged = next.pending.remove(&producer_id);
+        if staged.is_none() && !self.uncertain.contains(group_id) {
             return Ok(());
         }
-        let mut next = current.clone();
-        let staged = next.pending.remove(&producer_id).expect("checked above");
         if commit {
-            next.committed.extend(staged);
+            next.committed.extend(staged.unwrap_or_default());
         }
         self.persist(group_id, &next).await?;
         self.groups.insert(group_id.to_string(), next);
@@ -247,7 +253,8 @@ impl<V: Volume> OffsetStore<V> {
         self.groups.get(group_id).is_some_and(|g| g.pending.values().any(|staged| staged.contains_key(tp)))
     }
 
-    async fn persist(&self, group_id: &str, offsets: &GroupOffsets) -> CoreResult<()> {
+    /// Replaces the group's file; a failure leaves the group `uncertain` until a write succeeds.
+    async fn persist(&mut self, group_id: &str, offsets: &GroupOffsets) -> CoreResult<()> {
         let entry = |(topic, partition): &TopicPartition, c: &CommittedOffset| OffsetEntry {
             topic: topic.clone(),
             partition: *partition,
@@ -274,7 +281,12 @@ impl<V: Volume> OffsetStore<V> {
         let raw = serde_json::to_vec(&file).expect("serialisable");
         let epoch = self.epochs.get(group_id).copied().unwrap_or(0);
         let path = join(GROUPS_DIR, &file_name(group_id, epoch));
-        self.volume.write_atomic(&path, Bytes::from(raw)).await.map_err(storage)
+        let written = self.volume.write_atomic(&path, Bytes::from(raw)).await.map_err(storage);
+        match written {
+            Ok(()) => self.uncertain.remove(group_id),
+            Err(_) => self.uncertain.insert(group_id.to_string()),
+        };
+        written
     }
 
     /// The committed offsets of `partitions`, or of every partition the group has committed.
