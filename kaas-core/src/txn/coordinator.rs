@@ -357,6 +357,12 @@ impl<E: Env> TxnCoordinator<E> {
             crate::park_for_crash().await;
         }
         let written = self.store.flush(self.env.spawner()).await;
+        for slot in self.store.take_failed_slots() {
+            // What the file holds is not known (a failed fsync may still have landed it, and
+            // peers fence from it): the slot is given up and taken again from the file.
+            tracing::warn!(slot, "a transaction slot's write failed; reading it again from the volume");
+            self.give_up_slot(slot).await;
+        }
         // Write, then verify: answered only if the lease held past the write, and no peer
         // claimed a newer epoch of a slot written meanwhile. Otherwise a peer may own the
         // slots by now, and finishes what was written.

@@ -49,6 +49,9 @@ pub struct TxnStore<V: Volume> {
     staged: BTreeMap<String, TxnEntry>,
     /// The epoch each slot this broker owns is written under; a slot not here is not written.
     epochs: BTreeMap<u32, u32>,
+    /// Slots whose last write failed: their file may hold that write or the one before it (a
+    /// failed directory fsync after the rename), so memory is no longer what the volume holds.
+    failed: Vec<u32>,
 }
 
 /// The entries of slot `n` in its newest file of an epoch up to `epoch`, and that file's epoch
@@ -96,7 +99,7 @@ impl<V: Volume> TxnStore<V> {
                 entries.insert(entry.transactional_id.clone(), entry);
             }
         }
-        Ok(TxnStore { volume, entries, staged: BTreeMap::new(), epochs: BTreeMap::new() })
+        Ok(TxnStore { volume, entries, staged: BTreeMap::new(), epochs: BTreeMap::new(), failed: Vec::new() })
     }
 
     /// Takes slot `n` over under `epoch`, as a new owner must: reads its newest file (another
@@ -173,7 +176,8 @@ impl<V: Volume> TxnStore<V> {
 
     /// Makes every staged entry durable: each changed slot's file is replaced once, all of
     /// them at the same time. On a failure the entries of the slots not written are dropped
-    /// back to what the volume holds.
+    /// back to what memory last knew of the volume, and those slots are listed for
+    /// `take_failed_slots`: the volume may hold the failed write all the same.
     pub async fn flush<S: Spawner>(&mut self, spawner: &S) -> CoreResult<Vec<(u32, u32)>> {
         let mut slots: BTreeMap<u32, Vec<TxnEntry>> = BTreeMap::new();
         for (id, entry) in std::mem::take(&mut self.staged) {
@@ -214,11 +218,23 @@ impl<V: Volume> TxnStore<V> {
                         self.entries.insert(entry.transactional_id.clone(), entry);
                     }
                 }
-                Ok(Err(e)) => result = Err(e),
+                Ok(Err(e)) => {
+                    self.failed.extend(changed.first().map(|e| slot(&e.transactional_id)));
+                    result = Err(e);
+                }
                 Err(_) => result = Err(CoreError::NotCoordinator),
             }
         }
         result
+    }
+
+    /// The slots whose write failed since the last call: the coordinator gives them up and
+    /// takes them again, reading what the volume really holds.
+    pub fn take_failed_slots(&mut self) -> Vec<u32> {
+        let mut failed = std::mem::take(&mut self.failed);
+        failed.sort_unstable();
+        failed.dedup();
+        failed
     }
 }
 
