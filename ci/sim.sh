@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FIXED=${KAAS_SIM_FIXED:-400}
-ROTATING=${KAAS_SIM_ROTATING:-600}
+ROTATING=${KAAS_SIM_ROTATING:-400}
 MUTANT_SEEDS=${KAAS_SIM_MUTANT_SEEDS:-400}
 cargo build --profile sim -p kaas-sim
 sim=target/sim/kaas-sim
