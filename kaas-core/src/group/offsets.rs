@@ -232,13 +232,15 @@ impl<V: Volume> OffsetStore<V> {
     /// Ends the staged offsets of `producer_id` in the group: committed offsets on a commit,
     /// dropped on an abort. Idempotent: a repeat finds nothing staged and changes nothing.
     pub async fn complete_txn(&mut self, group_id: &str, producer_id: i64, commit: bool) -> CoreResult<()> {
-        let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
         // After a failed write the file may stage what memory does not (a TxnOffsetCommit
         // answered KAFKA_STORAGE_ERROR): it is written again, without them.
-        let staged = next.pending.remove(&producer_id);
-        if staged.is_none() && !self.uncertain.contains(group_id) {
+        let staged_here = self.groups.get(group_id).is_some_and(|g| g.pending.contains_key(&producer_id));
+        if !staged_here && !self.uncertain.contains(group_id) {
             return Ok(());
         }
+        // Cloned only when something is written: a group's committed offsets may be many.
+        let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
+        let staged = next.pending.remove(&producer_id);
         if commit {
             next.committed.extend(staged.unwrap_or_default());
         }
