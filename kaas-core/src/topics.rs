@@ -334,6 +334,8 @@ impl<E: Env> TopicManager<E> {
             self.broker_overrides = file.configs;
         }
         volume.create_dir_all(TOPICS_DIR).await.map_err(storage)?;
+        // As a rescan does before serving a peer's new topic (`durable_topics_dir`).
+        volume.sync_dir(TOPICS_DIR).await.map_err(storage)?;
         for name in volume.list(TOPICS_DIR).await.map_err(storage)? {
             let Some(topic) = name.strip_suffix(".json") else {
                 continue;
@@ -411,6 +413,9 @@ impl<E: Env> TopicManager<E> {
                 true
             }
             (Some(meta), Some(state)) if meta.topic_id != state.meta.topic_id => {
+                if !self.durable_topics_dir().await {
+                    return false;
+                }
                 self.topics.remove(&name);
                 self.stop_topic(&state, false).await;
                 let state = self.start_partitions(meta, 0, Vec::new()).await;
@@ -430,9 +435,26 @@ impl<E: Env> TopicManager<E> {
             }
             (Some(_), Some(_)) => false,
             (Some(meta), None) => {
+                if !self.durable_topics_dir().await {
+                    return false;
+                }
                 let state = self.start_partitions(meta, 0, Vec::new()).await;
                 self.topics.insert(name, Arc::new(state));
                 true
+            }
+        }
+    }
+
+    /// Syncs the topics directory before a topic another broker created is served here: its
+    /// creator's own sync may have failed after the entry became visible, and a topic served
+    /// must not vanish when that creator crashes. Whether it synced (if not, the next rescan
+    /// tries again).
+    async fn durable_topics_dir(&self) -> bool {
+        match self.env.volume().sync_dir(TOPICS_DIR).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sync the topics directory; a new topic waits");
+                false
             }
         }
     }
@@ -673,7 +695,15 @@ impl<E: Env> TopicManager<E> {
                     _ => Err(CoreError::TopicAlreadyExists),
                 };
             }
-            Err(e) => return Err(storage(e)),
+            Err(e) => {
+                // The entry may be there and read by peers already (it is never taken back),
+                // only not known durable: ours if the file holds our metadata and its
+                // directory syncs now. Otherwise the client's retry finds the topic there.
+                let ours = matches!(self.read_meta(&meta.name).await, Ok(Some(m)) if m == meta);
+                if !ours || self.env.volume().sync_dir(TOPICS_DIR).await.is_err() {
+                    return Err(storage(e));
+                }
+            }
         }
         // A crash during an earlier delete may have left partition directories behind: each
         // partition's first owner finds them marked with the old topic id and empties them

@@ -598,7 +598,7 @@ impl Volume for SimVolume {
         // does; the link into place is the one atomic step, and durable after its dir sync.
         self.sync_delay().await?;
         let full = self.full(path);
-        let inode = {
+        {
             let mut state = self.lock();
             if let Some(e) = state.injected_error() {
                 return Err(e);
@@ -612,20 +612,10 @@ impl Volume for SimVolume {
             state.paths.insert(full.clone(), inode);
             state.stats.bytes_appended += len as u64;
             state.unsynced(&self.host, Undo::Created { path: full.clone(), inode });
-            inode
-        };
-        if let Err(e) = self.sync_dir_full(parent(&full)).await {
-            // As `open` does: the entry goes again, so that a retry makes it anew and syncs its
-            // directory, rather than find it and trust an entry that may not be durable.
-            let mut state = self.lock();
-            if state.paths.get(&full) == Some(&inode) {
-                state.paths.remove(&full);
-                state.inodes.remove(&inode);
-                state.unsynced_entries.retain(|p| !matches!(&p.undo, Undo::Created { inode: i, .. } if *i == inode));
-            }
-            return Err(e);
         }
-        Ok(())
+        // A failed sync leaves the entry visible, as a real volume does (other hosts may have
+        // read it), and undone only if this host crashes before some host syncs the directory.
+        self.sync_dir_full(parent(&full)).await
     }
 
     async fn read(&self, path: &str) -> io::Result<Option<Bytes>> {

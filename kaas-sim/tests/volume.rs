@@ -189,6 +189,40 @@ async fn an_open_whose_directory_sync_fails_leaves_no_file() {
 }
 
 #[tokio::test]
+async fn an_exclusive_create_whose_directory_sync_fails_keeps_its_entry_until_its_host_crashes() {
+    // Errors are drawn per call; the seeds where the link landed and the sync after it failed
+    // are the case. Other hosts see that entry at once, so it is never taken back: it is
+    // undone only by a crash of its host before any host synced the directory.
+    let (mut undone, mut kept) = (0, 0);
+    for seed in 0..200 {
+        let shared = SimVolume::new(seed, NO_FAULTS);
+        let (creator, peer) = (shared.for_host("h"), shared.for_host("peer"));
+        creator.create_dir_all("owners").await.unwrap();
+        creator.set_faults(VolumeFaults { io_error_per_mille: 500, ..NO_FAULTS });
+        let made = creator.create_exclusive("owners/00001", Bytes::from_static(b"claim")).await;
+        creator.set_faults(NO_FAULTS);
+        let seen = peer.read("owners/00001").await.unwrap();
+        if made.is_ok() || seen.is_none() {
+            continue;
+        }
+        assert_eq!(&seen.unwrap()[..], b"claim", "the peer reads the whole content");
+        let retry = creator.create_exclusive("owners/00001", Bytes::from_static(b"claim")).await;
+        assert_eq!(retry.err().map(|e| e.kind()), Some(std::io::ErrorKind::AlreadyExists));
+        if seed % 2 == 0 {
+            shared.crash("h");
+            assert_eq!(peer.read("owners/00001").await.unwrap(), None, "never synced: undone");
+            undone += 1;
+        } else {
+            peer.sync_dir("owners").await.unwrap();
+            shared.crash("h");
+            assert!(peer.read("owners/00001").await.unwrap().is_some(), "the peer's sync made it durable");
+            kept += 1;
+        }
+    }
+    assert!(undone > 0 && kept > 0, "both cases drawn: undone {undone}, kept {kept}");
+}
+
+#[tokio::test]
 async fn a_retried_create_dir_all_makes_an_earlier_directory_durable() {
     let volume = SimVolume::new(1, NO_FAULTS).for_host("h");
     volume.set_faults(VolumeFaults { io_error_per_mille: 1000, ..NO_FAULTS });

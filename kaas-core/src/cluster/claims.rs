@@ -73,8 +73,8 @@ pub struct Claims<V: Volume> {
     /// Releases that failed (the volume refused the write), retried by `retry_releases`: a
     /// live broker that never releases holds its things from every peer for good.
     unreleased: BTreeMap<(Kind, String), u32>,
-    /// The last epoch this broker claimed per key (only the `EpochNotBumpedOnReturn` mutant
-    /// reads it).
+    /// The last epoch this broker claimed per key whose claim file is known durable (its
+    /// create, or a directory sync after it, succeeded).
     held: BTreeMap<(Kind, String), u32>,
 }
 
@@ -148,7 +148,12 @@ impl<V: Volume> Claims<V> {
                 }
                 if c.broker_id == view.me && c.incarnation == view.incarnation && c.session == view.session && !released
                 {
-                    // Ours in this very session and never given up: still ours.
+                    // Ours in this very session and never given up: still ours. If its create
+                    // failed at the directory sync, it is made durable before it is used.
+                    if self.held.get(&(kind, key.to_string())) != Some(&c.epoch) {
+                        self.volume.sync_dir(&dir).await?;
+                        self.held.insert((kind, key.to_string()), c.epoch);
+                    }
                     return Ok(Some(Claimed { epoch: c.epoch, takeover: false }));
                 }
                 if c.broker_id != view.me
@@ -177,6 +182,8 @@ impl<V: Volume> Claims<V> {
                     self.known.insert((kind as u8, key.to_string()), epoch);
                     return Ok(None);
                 }
+                // Ours, from a call whose reply was lost: durable only once its directory is.
+                self.volume.sync_dir(&dir).await?;
             }
             Err(e) => return Err(e),
         }
@@ -192,8 +199,13 @@ impl<V: Volume> Claims<V> {
     /// again by `retry_releases`.
     pub async fn release(&mut self, kind: Kind, key: &str, epoch: u32) {
         let path = join(&Self::key_dir(kind, key), &released_name(epoch));
-        match self.volume.create_exclusive(&path, Bytes::new()).await {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+        let mut made = self.volume.create_exclusive(&path, Bytes::new()).await;
+        if matches!(&made, Err(e) if e.kind() == io::ErrorKind::AlreadyExists) {
+            // An earlier try may have failed at the directory sync after the entry was made.
+            made = self.volume.sync_dir(&Self::key_dir(kind, key)).await;
+        }
+        match made {
+            Err(e) => {
                 tracing::warn!(kind = kind.dir(), key, epoch, error = %e, "cannot release yet; will retry");
                 self.unreleased.insert((kind, key.to_string()), epoch);
             }

@@ -103,6 +103,11 @@ pub trait Volume: Clone + Send + Sync + 'static {
     /// This is the exclusive create ownership claims rest on (link(2) is atomic on local
     /// disks, NFSv3+, EFS and CephFS). On NFS a lost reply to a retried call can surface as
     /// AlreadyExists although this call made the file: callers read it back to tell.
+    ///
+    /// An error after the link (the directory sync failed) leaves the entry in place: other
+    /// hosts may have read it already, so it is never taken back. Its durability is unknown
+    /// until some host syncs the directory; a caller that finds its own entry on a retry
+    /// syncs the directory before it trusts it.
     fn create_exclusive(&self, path: &str, data: Bytes) -> impl Future<Output = io::Result<()>> + Send;
     /// The whole file, or `None` if it does not exist.
     fn read(&self, path: &str) -> impl Future<Output = io::Result<Option<Bytes>>> + Send;

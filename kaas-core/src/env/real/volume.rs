@@ -157,13 +157,8 @@ impl Volume for RealVolume {
             let linked = fs::hard_link(&tmp, &full);
             let _ = fs::remove_file(&tmp);
             linked?;
-            if let Err(e) = sync_dir(&dir) {
-                // The new entry may not be durable: it goes again, so that a retry makes it anew
-                // rather than find it and trust it.
-                let _ = fs::remove_file(&full);
-                return Err(e);
-            }
-            Ok(())
+            // On failure the entry stays: a peer may have read it already (see the trait).
+            sync_dir(&dir)
         })
         .await
     }
