@@ -76,6 +76,10 @@ pub struct Claims<V: Volume> {
     /// The last epoch this broker claimed per key whose claim file is known durable (its
     /// create, or a directory sync after it, succeeded).
     held: BTreeMap<(Kind, String), u32>,
+    /// Claims whose create failed after its entry may have been made (at the directory sync):
+    /// peers may see them and wait. Each is taken up by the next `try_claim` of its key that
+    /// finds it, or else released by `retry_releases` once read back as ours.
+    uncertain: BTreeMap<(Kind, String), ClaimFile>,
 }
 
 fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
@@ -84,7 +88,13 @@ fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
 
 impl<V: Volume> Claims<V> {
     pub fn new(volume: V) -> Self {
-        Claims { volume, known: BTreeMap::new(), unreleased: BTreeMap::new(), held: BTreeMap::new() }
+        Claims {
+            volume,
+            known: BTreeMap::new(),
+            unreleased: BTreeMap::new(),
+            held: BTreeMap::new(),
+            uncertain: BTreeMap::new(),
+        }
     }
 
     fn key_dir(kind: Kind, key: &str) -> String {
@@ -154,6 +164,7 @@ impl<V: Volume> Claims<V> {
                         self.volume.sync_dir(&dir).await?;
                         self.held.insert((kind, key.to_string()), c.epoch);
                     }
+                    self.uncertain.remove(&(kind, key.to_string()));
                     return Ok(Some(Claimed { epoch: c.epoch, takeover: false }));
                 }
                 if c.broker_id != view.me
@@ -174,7 +185,8 @@ impl<V: Volume> Claims<V> {
             session: view.session,
         };
         let path = join(&dir, &claim_name(epoch));
-        match self.volume.create_exclusive(&path, Bytes::from(serde_json::to_vec(&claim).expect("json"))).await {
+        let raw = Bytes::from(serde_json::to_vec(&claim).expect("json"));
+        match self.volume.create_exclusive(&path, raw).await {
             Ok(()) => {}
             // A lost reply to our own create looks like this too: read it to tell.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -185,8 +197,14 @@ impl<V: Volume> Claims<V> {
                 // Ours, from a call whose reply was lost: durable only once its directory is.
                 self.volume.sync_dir(&dir).await?;
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                // The entry may be there for peers to see: if nothing takes it up, it must be
+                // released, or its holder (alive, never giving it up) blocks every peer.
+                self.uncertain.insert((kind, key.to_string()), claim);
+                return Err(e);
+            }
         }
+        self.uncertain.remove(&(kind, key.to_string()));
         self.known.insert((kind as u8, key.to_string()), epoch);
         self.held.insert((kind, key.to_string()), epoch);
         // A newer epoch of our own: the older one needs no release any more.
@@ -215,8 +233,20 @@ impl<V: Volume> Claims<V> {
         }
     }
 
-    /// Tries the failed releases again.
+    /// Tries the failed releases again, and releases the uncertain claims found to be ours.
     pub async fn retry_releases(&mut self) {
+        for ((kind, key), claim) in std::mem::take(&mut self.uncertain) {
+            let path = join(&Self::key_dir(kind, &key), &claim_name(claim.epoch));
+            match self.read_claim(&path).await {
+                Ok(Some(found)) if found == claim => self.release(kind, &key, claim.epoch).await,
+                // Never made, or another broker's: nothing of ours to give up.
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(kind = kind.dir(), key, epoch = claim.epoch, error = %e, "cannot read back a claim");
+                    self.uncertain.insert((kind, key), claim);
+                }
+            }
+        }
         for ((kind, key), epoch) in std::mem::take(&mut self.unreleased) {
             self.release(kind, &key, epoch).await;
         }
