@@ -80,10 +80,14 @@ pub enum Mutant {
     /// the markers are durable: when the call is lost, nothing brings them to the owner, and
     /// the transaction completes all the same.
     MarkerQueueDeletedEarly,
+    /// The settle period is zero whatever it is set to: a broker back from a lapse of its
+    /// lease gets its share at once, so one that keeps being cut off from the volume takes
+    /// ownership back every time, and loses it again, a lease without an owner, at each cut.
+    SettleZero,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 26] = [
+    pub const ALL: [Mutant; 27] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -110,6 +114,7 @@ impl Mutant {
         Mutant::TakeoverBeforeLeaseExpiry,
         Mutant::EpochNotBumpedOnReturn,
         Mutant::MarkerQueueDeletedEarly,
+        Mutant::SettleZero,
     ];
 
     pub fn name(self) -> &'static str {
@@ -140,6 +145,7 @@ impl Mutant {
             Mutant::TakeoverBeforeLeaseExpiry => "takeover-before-lease-expiry",
             Mutant::EpochNotBumpedOnReturn => "epoch-not-bumped-on-return",
             Mutant::MarkerQueueDeletedEarly => "marker-queue-deleted-early",
+            Mutant::SettleZero => "settle-zero",
         }
     }
 

@@ -115,6 +115,7 @@ pub const SPECS: &[MutantSpec] = &[
         ],
         scenarios: &["cluster-txn", "cluster-copier"],
     },
+    MutantSpec { mutant: Mutant::SettleZero, catches: &["thrash"], scenarios: &["cluster-flap"] },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

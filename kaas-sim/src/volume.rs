@@ -477,6 +477,23 @@ impl SimVolume {
         Some(inode.data[..inode.visible_len(&self.host)].to_vec())
     }
 
+    /// Every file under `dir`, at any depth, with its bytes as this view's host would read them
+    /// (checkers reading what the brokers left), by path relative to this view's root.
+    pub fn files_under(&self, dir: &str) -> Vec<(String, Vec<u8>)> {
+        let state = self.lock();
+        let prefix = format!("{}/", self.full(dir));
+        let strip = if self.root.is_empty() { 0 } else { self.root.len() + 1 };
+        state
+            .paths
+            .range(prefix.clone()..)
+            .take_while(|(path, _)| path.starts_with(&prefix))
+            .map(|(path, inode)| {
+                let inode = &state.inodes[inode];
+                (path[strip..].to_string(), inode.data[..inode.visible_len(&self.host)].to_vec())
+            })
+            .collect()
+    }
+
     /// Waits while this host is cut off from the volume; a call that waited may then fail.
     async fn reach(&self) -> io::Result<()> {
         let mut waited = false;

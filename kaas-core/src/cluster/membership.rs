@@ -436,8 +436,8 @@ impl<E: Env> Membership<E> {
     }
 
     fn settled(&self, renewal: u64) -> bool {
-        let needed = self.config.broker_ownership_settle_ms.div_ceil(self.config.broker_heartbeat_interval_ms);
-        renewal > needed
+        let settle_ms = if crate::mutant!(SettleZero) { 0 } else { self.config.broker_ownership_settle_ms };
+        renewal > settle_ms.div_ceil(self.config.broker_heartbeat_interval_ms)
     }
 
     fn publish(&mut self) {

@@ -15,6 +15,7 @@ pub mod copier;
 pub mod groups;
 pub mod idempotence;
 pub mod log;
+pub mod ownership;
 pub mod transactions;
 
 use std::collections::{BTreeMap, BTreeSet};

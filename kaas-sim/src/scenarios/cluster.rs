@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 use super::common::{self, Common, CrashPoint, FaultMix};
 use super::idempotence::Load;
 use super::{RunResult, World};
-use crate::faults::{Fault, Planned};
+use crate::checkers;
+use crate::faults::{Fault, Planned, Trigger};
 use crate::hosts::BrokerSpec;
 
 /// The lease settings of one world, by their Kafka-style names.
@@ -47,6 +48,20 @@ impl Leases {
             heartbeat_interval_ms: rng.random_range(session_timeout_ms / 8..=session_timeout_ms / 3),
             drift_margin_ms: rng.random_range(session_timeout_ms / 10..=session_timeout_ms / 4),
             settle_ms: [0, session_timeout_ms / 2, session_timeout_ms][rng.random_range(0..3)],
+        }
+    }
+
+    /// Settings under which a flapping broker can be told from a settled one: heartbeats short
+    /// against the settle period (8 to 24 of them fit in it), so that a spell back of a few
+    /// heartbeats, enough for ownership to move back were the settle period zero, stays well
+    /// inside it. Short sessions keep the world's simulated time down.
+    fn draw_flapping(rng: &mut ChaCha8Rng) -> Leases {
+        let session_timeout_ms = rng.random_range(2000..=6000);
+        Leases {
+            session_timeout_ms,
+            heartbeat_interval_ms: rng.random_range(session_timeout_ms / 12..=session_timeout_ms / 8),
+            drift_margin_ms: rng.random_range(session_timeout_ms / 10..=session_timeout_ms / 4),
+            settle_ms: rng.random_range(session_timeout_ms..=2 * session_timeout_ms),
         }
     }
 
@@ -191,6 +206,91 @@ fn zombie_faults(rng: &mut ChaCha8Rng, hosts: &[String], leases: &Leases, steps:
         plan.push(Planned { at: super::common::trigger(rng, steps), fault: Fault::ClockRate { host, ppm } });
     }
     plan
+}
+
+/// A broker that keeps losing the volume (a flaky NFS mount, a node whose network drops out):
+/// cut off `cuts` times for `cut_ms` each, longer than its lease, so that its lease lapses and
+/// its share moves to the peers; back for `gap_ms` between cuts, shorter than the settle period.
+/// The first cut comes at `first_at_ms`, once the cluster has settled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flap {
+    pub host: String,
+    pub broker_id: i32,
+    pub cuts: usize,
+    pub cut_ms: u64,
+    pub gap_ms: u64,
+    pub first_at_ms: u64,
+}
+
+impl Flap {
+    fn draw(rng: &mut ChaCha8Rng, brokers: &[BrokerSpec], leases: &Leases) -> Flap {
+        let flapper = &brokers[rng.random_range(0..brokers.len())];
+        let (session, heartbeat) = (leases.session_timeout_ms, leases.heartbeat_interval_ms);
+        let cut_min = session + leases.drift_margin_ms + 2 * heartbeat;
+        Flap {
+            host: flapper.host.clone(),
+            broker_id: flapper.broker_id,
+            cuts: rng.random_range(3..=5),
+            cut_ms: rng.random_range(cut_min..=cut_min + session),
+            gap_ms: rng.random_range(4 * heartbeat..=leases.settle_ms - 3 * heartbeat),
+            first_at_ms: leases.settle_ms + 2 * session + rng.random_range(0..2000),
+        }
+    }
+
+    fn plan(&self) -> Vec<Planned> {
+        (0..self.cuts as u64)
+            .map(|i| Planned {
+                at: Trigger::Millis(self.first_at_ms + i * (self.cut_ms + self.gap_ms)),
+                fault: Fault::VolumePartition { host: self.host.clone(), ms: self.cut_ms },
+            })
+            .collect()
+    }
+
+    /// When the last cut heals.
+    fn ends_at_ms(&self) -> u64 {
+        self.first_at_ms + self.cuts as u64 * self.cut_ms + (self.cuts as u64 - 1) * self.gap_ms
+    }
+}
+
+/// cluster-flap: one broker cut off from the volume again and again, back each time for less
+/// than the settle period; no other fault but the volume's own (sync latency, torn writes,
+/// I/O errors), so that every lapse of its lease is a cut. Checks: the idempotence load's, and
+/// the thrash check (`checkers::ownership`): the flapping broker gets nothing back between its
+/// cuts. The clients stay until it has settled after the last cut and taken its share back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterFlap {
+    pub cluster: Cluster,
+    pub flap: Flap,
+}
+
+impl World for ClusterFlap {
+    fn draw(seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let leases = Leases::draw_flapping(&mut rng);
+        let partitions = rng.random_range(2..=6);
+        let producers = rng.random_range(2..=5);
+        let load = Load::draw(&mut rng, producers, partitions);
+        let brokers = brokers(&mut rng);
+        let flap = Flap::draw(&mut rng, &brokers, &leases);
+        let mix = FaultMix { progress_max: load.steps(), clock_steps: false, drift_ppm_max: leases.drift_ppm_max() };
+        let mut common = Common::draw_with(&mut rng, brokers, mix);
+        common.plan = flap.plan();
+        ClusterFlap { cluster: Cluster { common, leases, load }, flap }
+    }
+
+    fn common(&self) -> &Common {
+        &self.cluster.common
+    }
+
+    fn run(&self, seed: u64) -> RunResult {
+        let Cluster { common, leases, load } = &self.cluster;
+        let hold_ms = self.flap.ends_at_ms() + leases.settle_ms + 2 * leases.session_timeout_ms;
+        load.run_with(seed, common, leases.config(), "cluster-flap", hold_ms, |volume| {
+            let (claims, mut violations) = checkers::ownership::claims(volume);
+            violations.extend(checkers::ownership::check_flapping(&claims, self.flap.broker_id, self.flap.cuts));
+            violations
+        })
+    }
 }
 
 macro_rules! cluster_world {

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::common::{self, Common, FaultMix};
 use super::{RunResult, World};
 use crate::checkers;
+use crate::volume::SimVolume;
 use crate::workloads::idempotent::{self, SharedProducers};
 use crate::workloads::{self, Shared, consumer};
 
@@ -67,13 +68,29 @@ impl Load {
     /// Runs the load on the clients host and checks it: every broker setting but the segment
     /// size comes from `config`.
     pub fn run(&self, seed: u64, common: &Common, config: BrokerConfig, scenario: &str) -> RunResult {
+        self.run_with(seed, common, config, scenario, 0, |_| Vec::new())
+    }
+
+    /// `run`, with the clients staying until `hold_ms` of simulated time before their final
+    /// reads (so the brokers live through a fault plan longer than the load), and
+    /// `check_volume` run over what the brokers left on the volume.
+    pub fn run_with(
+        &self,
+        seed: u64,
+        common: &Common,
+        config: BrokerConfig,
+        scenario: &str,
+        hold_ms: u64,
+        check_volume: impl FnOnce(&SimVolume) -> Vec<String>,
+    ) -> RunResult {
         let config = BrokerConfig { log_segment_bytes: self.segment_bytes, ..config };
         let mut run = common::start(seed, common, SIM_SECONDS_MAX, &config);
         let world = workloads::shared(common.hosts(), &run.history);
         let producers = SharedProducers::default();
-        run.sim.client("clients", workload(self.clone(), world.clone(), producers.clone()));
+        run.sim.client("clients", workload(self.clone(), world.clone(), producers.clone(), hold_ms));
         let progress = || world.lock().unwrap().partitions.values().map(|p| p.produced.acked.len()).sum();
         let mut violations = run.drive(common, progress, LIVENESS_MS);
+        violations.extend(check_volume(&run.volume));
         let w = world.lock().unwrap();
         let p = producers.lock().unwrap();
         violations.extend(w.violations.iter().cloned());
@@ -116,7 +133,7 @@ impl World for Idempotence {
     }
 }
 
-async fn workload(world_: Load, world: Shared, producers: SharedProducers) -> turmoil::Result {
+async fn workload(world_: Load, world: Shared, producers: SharedProducers, hold_ms: u64) -> turmoil::Result {
     workloads::create_topic(&world, TOPIC, world_.partitions).await;
     let tasks: Vec<_> = (0..world_.producers)
         .map(|id| {
@@ -141,6 +158,8 @@ async fn workload(world_: Load, world: Shared, producers: SharedProducers) -> tu
     for t in tasks {
         t.await?;
     }
+    let held = std::time::Duration::from_millis(hold_ms).saturating_sub(crate::env::world_elapsed());
+    tokio::time::sleep(held).await;
     for p in 0..world_.partitions {
         consumer::final_read(&world, TOPIC, p).await;
     }

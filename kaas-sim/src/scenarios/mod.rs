@@ -92,6 +92,10 @@ pub const ALL: &[Scenario] = &[
         "cluster-zombie",
         "3-5 brokers on one data directory; owners paused past their lease, cut off from the volume, clocks drifting",
     ),
+    scenario::<cluster::ClusterFlap>(
+        "cluster-flap",
+        "3-5 brokers on one data directory; one keeps losing the volume, back each time for less than the settle period",
+    ),
     scenario::<groups::Groups>(
         "groups",
         "a consumer group of member hosts over several partitions; broker and member crashes, rebalances",
