@@ -66,6 +66,7 @@ pub mod config;
 pub mod env;
 pub mod error;
 pub mod group;
+pub mod hex;
 pub mod log;
 pub mod partition;
 pub mod producer;

@@ -330,7 +330,7 @@ const TOPIC_ID_FILE: &str = "topic.id";
 /// before directories were marked) is kept and marked.
 pub async fn adopt_dir<V: crate::env::Volume>(volume: &V, dir: &str, topic_id: [u8; 16]) -> std::io::Result<()> {
     let path = crate::env::join(dir, TOPIC_ID_FILE);
-    let hex: String = topic_id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::hex::encode(&topic_id);
     match volume.read(&path).await? {
         Some(raw) if raw.as_ref() == hex.as_bytes() => return Ok(()),
         Some(_) if !crate::mutant!(RecreateKeepsStalePartitions) => {

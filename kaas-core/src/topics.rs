@@ -392,6 +392,13 @@ impl<E: Env> TopicManager<E> {
         }
     }
 
+    /// Takes on what peers did to the topics, then claims and gives up partitions as the
+    /// view now says.
+    async fn catch_up(&mut self) {
+        self.rescan().await;
+        self.reconcile().await;
+    }
+
     /// Reads one topic's file again and takes on what a peer changed: a creation, deletion,
     /// re-creation, new partitions or configs. Whether anything changed.
     async fn rescan_topic(&mut self, name: String) -> bool {
@@ -551,8 +558,7 @@ impl<E: Env> TopicManager<E> {
                 changed = cluster.changed(), if membership_alive => {
                     match changed {
                         Ok(()) => {
-                            self.rescan().await;
-                            self.reconcile().await;
+                            self.catch_up().await;
                         }
                         Err(_) => membership_alive = false,
                     }
@@ -597,8 +603,7 @@ impl<E: Env> TopicManager<E> {
                     // The actor is serial: a count past `seen` is a rescan begun, and finished,
                     // after the caller asked.
                     if self.rescans.load(Ordering::Acquire) == seen {
-                        self.rescan().await;
-                        self.reconcile().await;
+                        self.catch_up().await;
                     }
                     let _ = reply.send(());
                 }
@@ -688,8 +693,7 @@ impl<E: Env> TopicManager<E> {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 // A peer created it first (or a lost reply hides our own create): theirs holds.
-                self.rescan().await;
-                self.reconcile().await;
+                self.catch_up().await;
                 return match self.topics.get(&meta.name) {
                     Some(t) if t.meta == meta => Ok(meta),
                     _ => Err(CoreError::TopicAlreadyExists),

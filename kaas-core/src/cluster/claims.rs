@@ -61,6 +61,14 @@ fn claim_name(epoch: u32) -> String {
     format!("{epoch:010}.json")
 }
 
+fn parse_claim_name(name: &str) -> Option<u32> {
+    let digits = name.strip_suffix(".json")?;
+    if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 fn released_name(epoch: u32) -> String {
     format!("{epoch:010}.released")
 }
@@ -114,7 +122,13 @@ impl<V: Volume> Claims<V> {
     pub async fn current(&mut self, kind: Kind, key: &str) -> io::Result<Option<ClaimFile>> {
         let dir = Self::key_dir(kind, key);
         let slot = (kind as u8, key.to_string());
-        let mut epoch = self.known.get(&slot).copied().unwrap_or(0);
+        let mut epoch = match self.known.get(&slot) {
+            Some(&known) => known,
+            // First look at this key: start from the newest listed epoch rather than probe
+            // every epoch from 1. A listing may miss the newest entries (NFS), never invent one:
+            // the probe forward below finds what it missed.
+            None => self.volume.list(&dir).await?.iter().filter_map(|n| parse_claim_name(n)).max().unwrap_or(0),
+        };
         let mut current = None;
         if epoch > 0 {
             current = self.read_claim(&join(&dir, &claim_name(epoch))).await?;
@@ -255,5 +269,52 @@ impl<V: Volume> Claims<V> {
     /// The claimed epoch of `key` last seen by this broker, if any.
     pub fn known_epoch(&self, kind: Kind, key: &str) -> Option<u32> {
         self.known.get(&(kind as u8, key.to_string())).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::Rng;
+    use crate::env::real::{RealRng, RealVolume};
+
+    fn volume() -> RealVolume {
+        RealVolume::new(std::env::temp_dir().join(format!("kaas-claims-{:x}", RealRng::default().next_u64())))
+    }
+
+    async fn write_claim(volume: &RealVolume, dir: &str, epoch: u32) {
+        let claim = ClaimFile { format_version: FORMAT_VERSION, epoch, broker_id: 1, incarnation: 9, session: 0 };
+        volume
+            .create_exclusive(&join(dir, &claim_name(epoch)), serde_json::to_vec(&claim).unwrap().into())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_fresh_broker_finds_the_newest_epoch_listed_and_those_the_listing_missed() {
+        let volume = volume();
+        let dir = Claims::<RealVolume>::key_dir(Kind::Partition, "t-0");
+        volume.create_dir_all(&dir).await.unwrap();
+        // Epochs 1..=4 long gone (pruned, say): a broker finds the newest by listing, not by
+        // probing from 1, which would stop at the first gap.
+        for epoch in 5..=7 {
+            write_claim(&volume, &dir, epoch).await;
+        }
+        volume.create_exclusive(&join(&dir, &released_name(7)), Bytes::new()).await.unwrap();
+        let mut claims = Claims::new(volume.clone());
+        assert_eq!(claims.current(Kind::Partition, "t-0").await.unwrap().map(|c| c.epoch), Some(7));
+        assert_eq!(claims.known_epoch(Kind::Partition, "t-0"), Some(7));
+        // Made after this broker looked: found by probing forward from what it knows.
+        write_claim(&volume, &dir, 8).await;
+        assert_eq!(claims.current(Kind::Partition, "t-0").await.unwrap().map(|c| c.epoch), Some(8));
+        assert_eq!(Claims::new(volume.clone()).current(Kind::Partition, "t-1").await.unwrap(), None);
+    }
+
+    #[test]
+    fn only_claim_files_name_an_epoch() {
+        assert_eq!(parse_claim_name(&claim_name(42)), Some(42));
+        for name in [released_name(42), "0000000042.json.77.excl".into(), "42.json".into(), "+000000042.json".into()] {
+            assert_eq!(parse_claim_name(&name), None, "{name}");
+        }
     }
 }

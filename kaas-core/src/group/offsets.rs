@@ -18,6 +18,7 @@ use super::TopicPartition;
 use super::state::GroupMetadata;
 use crate::env::{Volume, join};
 use crate::error::{CoreError, CoreResult};
+use crate::hex;
 
 pub const GROUPS_DIR: &str = "__cluster/groups";
 const FORMAT_VERSION: u32 = 1;
@@ -69,7 +70,7 @@ struct OffsetEntry {
 
 /// Group ids are arbitrary strings; file names are their hex, so any id is a safe name.
 fn file_name(group_id: &str, epoch: u32) -> String {
-    let hex: String = group_id.bytes().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(group_id.as_bytes());
     if epoch == 0 { format!("{hex}.json") } else { format!("{hex}-{epoch}.json") }
 }
 
@@ -77,12 +78,7 @@ fn file_name(group_id: &str, epoch: u32) -> String {
 pub fn parse_file_name(name: &str) -> Option<String> {
     let stem = name.strip_suffix(".json")?;
     let hex = stem.split_once('-').map_or(stem, |(hex, _)| hex);
-    if hex.len() % 2 != 0 {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> =
-        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok()).collect();
-    String::from_utf8(bytes?).ok()
+    String::from_utf8(hex::decode(hex)?).ok()
 }
 
 /// The offsets of the groups this broker owns, each under its ownership epoch.

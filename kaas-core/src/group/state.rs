@@ -19,6 +19,7 @@ use bytes::Bytes;
 use tokio::time::{Duration, Instant};
 
 use crate::error::{CoreError, CoreResult};
+use crate::hex;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {
@@ -149,19 +150,6 @@ pub struct MemberMetadata {
     pub assignment: String,
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Bytes> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> =
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect();
-    bytes.map(Bytes::from)
-}
-
 pub struct Group {
     pub group_id: String,
     pub state: GroupState,
@@ -218,8 +206,8 @@ impl Group {
                 client_host: m.client_host.clone(),
                 session_timeout_ms: m.session_timeout_ms,
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
-                protocols: m.protocols.iter().map(|(n, meta)| (n.clone(), hex(meta))).collect(),
-                assignment: hex(&m.assignment),
+                protocols: m.protocols.iter().map(|(n, meta)| (n.clone(), hex::encode(meta))).collect(),
+                assignment: hex::encode(&m.assignment),
             })
             .collect();
         Some(GroupMetadata {
@@ -241,7 +229,7 @@ impl Group {
         group.protocol_name = metadata.protocol_name.clone();
         for m in &metadata.members {
             let protocols: Option<Vec<(String, Bytes)>> =
-                m.protocols.iter().map(|(n, meta)| unhex(meta).map(|b| (n.clone(), b))).collect();
+                m.protocols.iter().map(|(n, meta)| hex::decode(meta).map(|b| (n.clone(), Bytes::from(b)))).collect();
             let member = Member {
                 member_id: m.member_id.clone(),
                 group_instance_id: m.group_instance_id.clone(),
@@ -250,7 +238,7 @@ impl Group {
                 session_timeout_ms: m.session_timeout_ms,
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
                 protocols: protocols?,
-                assignment: unhex(&m.assignment)?,
+                assignment: Bytes::from(hex::decode(&m.assignment)?),
                 awaiting_join: false,
                 awaiting_sync: false,
                 last_heard: now,

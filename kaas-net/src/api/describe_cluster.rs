@@ -15,16 +15,9 @@ pub async fn handle<E: Env>(
 ) -> DescribeClusterResponse {
     let config = &ctx.broker.config;
     let view = ctx.broker.membership.view();
-    let brokers = view
-        .live
-        .values()
-        .map(|p| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(p.broker_id))
-                .with_host(text(&p.host))
-                .with_port(p.port)
-        })
-        .collect();
+    let brokers = super::live_brokers(&view, |id, host, port| {
+        DescribeClusterBroker::default().with_broker_id(id).with_host(host).with_port(port)
+    });
     DescribeClusterResponse::default()
         .with_cluster_id(text(&config.cluster_id))
         .with_controller_id(BrokerId(super::controller_id(&view)))

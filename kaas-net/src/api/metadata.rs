@@ -68,16 +68,9 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
             }
         }
     }
-    let brokers = view
-        .live
-        .values()
-        .map(|p| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(p.broker_id))
-                .with_host(text(&p.host))
-                .with_port(p.port)
-        })
-        .collect();
+    let brokers = super::live_brokers(&view, |id, host, port| {
+        MetadataResponseBroker::default().with_node_id(id).with_host(host).with_port(port)
+    });
     MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(text(&config.cluster_id)))

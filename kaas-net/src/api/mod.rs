@@ -183,6 +183,15 @@ pub fn uuid(id: [u8; 16]) -> uuid::Uuid {
     uuid::Uuid::from_bytes(id)
 }
 
+/// Every live broker as clients are told of it, in broker id order: Metadata and
+/// DescribeCluster list the same brokers.
+pub fn live_brokers<T>(
+    view: &kaas_core::cluster::ClusterView,
+    make: impl Fn(kafka_protocol::messages::BrokerId, StrBytes, i32) -> T,
+) -> Vec<T> {
+    view.live.values().map(|p| make(kafka_protocol::messages::BrokerId(p.broker_id), text(&p.host), p.port)).collect()
+}
+
 /// The broker named as controller: the lowest live broker id, the same from every broker. kaas
 /// has no controller; any broker serves admin requests.
 pub fn controller_id(view: &kaas_core::cluster::ClusterView) -> i32 {
