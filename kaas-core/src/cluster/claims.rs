@@ -69,6 +69,12 @@ fn parse_claim_name(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// What the release of an epoch that was claimed but never served holds, when its claim was a
+/// take-over: the holder before it never released, so the next claimer still owes the
+/// take-over's fencing (sealing that holder's last segment, say). A release of a served epoch
+/// is empty.
+const TAKEOVER_OWED: &[u8] = b"takeover owed";
+
 fn released_name(epoch: u32) -> String {
     format!("{epoch:010}.released")
 }
@@ -80,14 +86,15 @@ pub struct Claims<V: Volume> {
     known: BTreeMap<(u8, String), u32>,
     /// Releases that failed (the volume refused the write), retried by `retry_releases`: a
     /// live broker that never releases holds its things from every peer for good.
-    unreleased: BTreeMap<(Kind, String), u32>,
+    unreleased: BTreeMap<(Kind, String), (u32, bool)>,
     /// The last epoch this broker claimed per key whose claim file is known durable (its
     /// create, or a directory sync after it, succeeded).
     held: BTreeMap<(Kind, String), u32>,
     /// Claims whose create failed after its entry may have been made (at the directory sync):
     /// peers may see them and wait. Each is taken up by the next `try_claim` of its key that
     /// finds it, or else released by `retry_releases` once read back as ours.
-    uncertain: BTreeMap<(Kind, String), ClaimFile>,
+    /// With each, whether it was a take-over.
+    uncertain: BTreeMap<(Kind, String), (ClaimFile, bool)>,
 }
 
 fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
@@ -157,12 +164,29 @@ impl<V: Volume> Claims<V> {
         view: &ClusterView,
         now: Instant,
     ) -> io::Result<Option<Claimed>> {
+        let claimed = self.claim(kind, key, view, now).await?;
+        if let Some(c) = &claimed {
+            // Epochs strictly increase on every change of owner, so what is held is the newest
+            // epoch of its key that this broker has seen: an older one could not keep the next
+            // claimer waiting, nor the old one's late writes out.
+            let newest = self.known_epoch(kind, key).unwrap_or(0);
+            debug_assert!(c.epoch >= newest, "{key}: holds epoch {} but epoch {newest} exists", c.epoch);
+            if c.epoch < newest {
+                return Err(corrupt(&Self::key_dir(kind, key), format!("epoch {} held below {newest}", c.epoch)));
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn claim(&mut self, kind: Kind, key: &str, view: &ClusterView, now: Instant) -> io::Result<Option<Claimed>> {
         let dir = Self::key_dir(kind, key);
         let current = self.current(kind, key).await?;
         let (epoch, takeover) = match &current {
             None => (1, false),
             Some(c) => {
-                let released = self.volume.read(&join(&dir, &released_name(c.epoch))).await?.is_some();
+                let release = self.volume.read(&join(&dir, &released_name(c.epoch))).await?;
+                let released = release.is_some();
+                let takeover_owed = release.as_deref() == Some(TAKEOVER_OWED);
                 let own_earlier_session =
                     c.broker_id == view.me && c.incarnation == view.incarnation && c.session < view.session;
                 let gone =
@@ -173,13 +197,16 @@ impl<V: Volume> Claims<V> {
                 if c.broker_id == view.me && c.incarnation == view.incarnation && c.session == view.session && !released
                 {
                     // Ours in this very session and never given up: still ours. If its create
-                    // failed at the directory sync, it is made durable before it is used.
+                    // failed at the directory sync, it is made durable before it is used, and
+                    // it is the take-over it was made as (one of unknown making counts as one).
+                    let mut takeover = false;
                     if self.held.get(&(kind, key.to_string())) != Some(&c.epoch) {
                         self.volume.sync_dir(&dir).await?;
                         self.held.insert((kind, key.to_string()), c.epoch);
+                        takeover = self.uncertain.get(&(kind, key.to_string())).is_none_or(|(_, t)| *t);
                     }
                     self.uncertain.remove(&(kind, key.to_string()));
-                    return Ok(Some(Claimed { epoch: c.epoch, takeover: false }));
+                    return Ok(Some(Claimed { epoch: c.epoch, takeover }));
                 }
                 if c.broker_id != view.me
                     && let Some(&old) = self.held.get(&(kind, key.to_string()))
@@ -187,7 +214,7 @@ impl<V: Volume> Claims<V> {
                 {
                     return Ok(Some(Claimed { epoch: old, takeover: true }));
                 }
-                (c.epoch + 1, !released)
+                (c.epoch + 1, !released || takeover_owed)
             }
         };
         self.volume.create_dir_all(&dir).await?;
@@ -214,7 +241,7 @@ impl<V: Volume> Claims<V> {
             Err(e) => {
                 // The entry may be there for peers to see: if nothing takes it up, it must be
                 // released, or its holder (alive, never giving it up) blocks every peer.
-                self.uncertain.insert((kind, key.to_string()), claim);
+                self.uncertain.insert((kind, key.to_string()), (claim, takeover));
                 return Err(e);
             }
         }
@@ -230,8 +257,14 @@ impl<V: Volume> Claims<V> {
     /// for this broker's lease to run out. A release the volume refuses is kept and tried
     /// again by `retry_releases`.
     pub async fn release(&mut self, kind: Kind, key: &str, epoch: u32) {
+        self.release_marked(kind, key, epoch, false).await;
+    }
+
+    /// `release`, of an epoch never served whose claim was a take-over if `takeover_owed`.
+    async fn release_marked(&mut self, kind: Kind, key: &str, epoch: u32, takeover_owed: bool) {
         let path = join(&Self::key_dir(kind, key), &released_name(epoch));
-        let mut made = self.volume.create_exclusive(&path, Bytes::new()).await;
+        let content = if takeover_owed { Bytes::from_static(TAKEOVER_OWED) } else { Bytes::new() };
+        let mut made = self.volume.create_exclusive(&path, content).await;
         if matches!(&made, Err(e) if e.kind() == io::ErrorKind::AlreadyExists) {
             // An earlier try may have failed at the directory sync after the entry was made.
             made = self.volume.sync_dir(&Self::key_dir(kind, key)).await;
@@ -239,7 +272,7 @@ impl<V: Volume> Claims<V> {
         match made {
             Err(e) => {
                 tracing::warn!(kind = kind.dir(), key, epoch, error = %e, "cannot release yet; will retry");
-                self.unreleased.insert((kind, key.to_string()), epoch);
+                self.unreleased.insert((kind, key.to_string()), (epoch, takeover_owed));
             }
             _ => {
                 self.unreleased.remove(&(kind, key.to_string()));
@@ -249,20 +282,20 @@ impl<V: Volume> Claims<V> {
 
     /// Tries the failed releases again, and releases the uncertain claims found to be ours.
     pub async fn retry_releases(&mut self) {
-        for ((kind, key), claim) in std::mem::take(&mut self.uncertain) {
+        for ((kind, key), (claim, takeover)) in std::mem::take(&mut self.uncertain) {
             let path = join(&Self::key_dir(kind, &key), &claim_name(claim.epoch));
             match self.read_claim(&path).await {
-                Ok(Some(found)) if found == claim => self.release(kind, &key, claim.epoch).await,
+                Ok(Some(found)) if found == claim => self.release_marked(kind, &key, claim.epoch, takeover).await,
                 // Never made, or another broker's: nothing of ours to give up.
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(kind = kind.dir(), key, epoch = claim.epoch, error = %e, "cannot read back a claim");
-                    self.uncertain.insert((kind, key), claim);
+                    self.uncertain.insert((kind, key), (claim, takeover));
                 }
             }
         }
-        for ((kind, key), epoch) in std::mem::take(&mut self.unreleased) {
-            self.release(kind, &key, epoch).await;
+        for ((kind, key), (epoch, takeover_owed)) in std::mem::take(&mut self.unreleased) {
+            self.release_marked(kind, &key, epoch, takeover_owed).await;
         }
     }
 
