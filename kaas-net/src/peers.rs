@@ -5,7 +5,8 @@
 //! One link task per peer endpoint holds one connection and pipelines calls on it, as Kafka
 //! clients do: a peer answers in request order. A connection that fails, or whose oldest call
 //! is not answered within `PEER_REQUEST_TIMEOUT_MS`, is dropped with every call on it failed;
-//! the callers retry (a marker written twice ends nothing twice). The next call reconnects.
+//! the callers retry (a marker written twice ends nothing twice). The next call reconnects. A
+//! link idle without a connection for `LINK_IDLE_MS` ends, and is dropped from the map.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -33,6 +34,9 @@ const PEER_REQUEST_TIMEOUT_MS: u64 = 10_000;
 const IN_FLIGHT_MAX: usize = 64;
 /// Calls waiting for one peer's link before callers are told to retry.
 const LINK_QUEUE_MAX: usize = 256;
+/// A link without a connection and without calls for this long ends: endpoints of peers
+/// gone or restarted elsewhere do not pile up.
+const LINK_IDLE_MS: u64 = 300_000;
 /// The largest answer a peer sends to these calls.
 const RESPONSE_BYTES_MAX: usize = 16 << 20;
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
@@ -60,12 +64,15 @@ pub async fn serve<E: Env>(env: E, broker_id: i32, mut calls: mpsc::Receiver<Pee
             },
         };
         let (to, job) = job_of(call);
+        // Links that ended idle go; a call for one of them gets a new link.
+        links.retain(|_, link| !link.is_closed());
         let link = links.entry(to.clone()).or_insert_with(|| {
             let (tx, rx) = mpsc::channel(LINK_QUEUE_MAX);
             env.spawner().spawn("peer-link", link(env.clone(), to.clone(), format!("kaas-broker-{broker_id}"), rx));
             tx
         });
-        // A full link means the peer is slow or gone: the caller's receiver fails, it retries.
+        // A full link means the peer is slow or gone, and a link that ended idle just now
+        // drops the call: either way the caller's receiver fails, and it retries.
         let _ = link.try_send(job);
     }
 }
@@ -213,7 +220,12 @@ struct InFlight {
 async fn link<E: Env>(env: E, to: Endpoint, client_id: String, mut jobs: mpsc::Receiver<Job>) {
     let mut correlation_id = 0i32;
     loop {
-        let Some(first) = jobs.recv().await else { return };
+        let first = tokio::select! {
+            biased;
+            job = jobs.recv() => job,
+            _ = env.clock().sleep_ms(LINK_IDLE_MS) => None,
+        };
+        let Some(first) = first else { return };
         let Ok(port) = u16::try_from(to.port) else {
             (first.answer)(None);
             continue;
