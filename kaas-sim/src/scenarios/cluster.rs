@@ -56,7 +56,7 @@ impl Leases {
     /// heartbeats, enough for ownership to move back were the settle period zero, stays well
     /// inside it. Short sessions keep the world's simulated time down.
     fn draw_flapping(rng: &mut ChaCha8Rng) -> Leases {
-        let session_timeout_ms = rng.random_range(2000..=6000);
+        let session_timeout_ms = rng.random_range(2000..=4000);
         Leases {
             session_timeout_ms,
             heartbeat_interval_ms: rng.random_range(session_timeout_ms / 12..=session_timeout_ms / 8),
@@ -209,7 +209,7 @@ fn zombie_faults(rng: &mut ChaCha8Rng, hosts: &[String], leases: &Leases, steps:
 }
 
 /// A broker that keeps losing the volume (a flaky NFS mount, a node whose network drops out):
-/// cut off `cuts` times for `cut_ms` each, longer than its lease, so that its lease lapses and
+/// cut off `cuts` times (2 to 4) for `cut_ms` each, longer than its lease, so that its lease lapses and
 /// its share moves to the peers; back for `gap_ms` between cuts, shorter than the settle period.
 /// The first cut comes at `first_at_ms`, once the cluster has settled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,7 +230,7 @@ impl Flap {
         Flap {
             host: flapper.host.clone(),
             broker_id: flapper.broker_id,
-            cuts: rng.random_range(3..=5),
+            cuts: rng.random_range(2..=4),
             cut_ms: rng.random_range(cut_min..=cut_min + session),
             gap_ms: rng.random_range(4 * heartbeat..=leases.settle_ms - 3 * heartbeat),
             first_at_ms: leases.settle_ms + 2 * session + rng.random_range(0..2000),
@@ -284,7 +284,7 @@ impl World for ClusterFlap {
 
     fn run(&self, seed: u64) -> RunResult {
         let Cluster { common, leases, load } = &self.cluster;
-        let hold_ms = self.flap.ends_at_ms() + leases.settle_ms + 2 * leases.session_timeout_ms;
+        let hold_ms = self.flap.ends_at_ms() + leases.settle_ms + leases.session_timeout_ms;
         load.run_with(seed, common, leases.config(), "cluster-flap", hold_ms, |volume| {
             let (claims, mut violations) = checkers::ownership::claims(volume);
             violations.extend(checkers::ownership::check_flapping(&claims, self.flap.broker_id, self.flap.cuts));
