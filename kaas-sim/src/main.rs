@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! kaas-sim list
-//! kaas-sim run [--scenario NAME] (--seed N | --seeds A..B) [--check-determinism] [--mutant NAME]
+//! kaas-sim run [--scenario NAME | --skip NAME[,NAME...]] (--seed N | --seeds A..B) [--check-determinism] [--mutant NAME]
 //!              [--jobs N] [--wall-limit-s S]
 //! kaas-sim replay sim-seeds/FILE.json [FILE...]
 //! kaas-sim mutants [--seeds A..B] [--only NAME[,NAME...]] [--jobs N]
@@ -46,7 +46,7 @@ const KILL_MARGIN: Duration = Duration::from_secs(30);
 
 const USAGE: &str = "usage:
   kaas-sim list
-  kaas-sim run [--scenario NAME] (--seed N | --seeds A..B) [--check-determinism] [--mutant NAME]
+  kaas-sim run [--scenario NAME | --skip NAME[,NAME...]] (--seed N | --seeds A..B) [--check-determinism] [--mutant NAME]
                [--jobs N] [--wall-limit-s S]
   kaas-sim replay sim-seeds/FILE.json [FILE...]
   kaas-sim mutants [--seeds A..B] [--only NAME[,NAME...]] [--jobs N]
@@ -256,6 +256,7 @@ fn run_pool(
 
 fn run_seeds(args: &[String]) -> Result<bool, String> {
     let mut scenario: Option<&'static Scenario> = None;
+    let mut skip: Vec<&'static Scenario> = Vec::new();
     let mut seeds: Option<std::ops::Range<u64>> = None;
     let mut check_determinism = false;
     let mut mutant = None;
@@ -266,6 +267,11 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
             "--scenario" => scenario = Some(scenario_named(value()?)?),
+            "--skip" => {
+                for name in value()?.split(',') {
+                    skip.push(scenario_named(name)?);
+                }
+            }
             "--seed" => {
                 let n: u64 = value()?.parse().map_err(|_| "--seed needs a number")?;
                 seeds = Some(n..n + 1);
@@ -283,7 +289,7 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
     let seeds = seeds.ok_or("give --seed N or --seeds A..B")?;
     let chosen: Vec<&'static Scenario> = match scenario {
         Some(s) => vec![s],
-        None => scenarios::ALL.iter().collect(),
+        None => scenarios::ALL.iter().filter(|s| !skip.iter().any(|k| k.name == s.name)).collect(),
     };
     let work: Vec<Job> =
         chosen.iter().flat_map(|s| seeds.clone().map(move |seed| Job::drawn(s, seed, mutant))).collect();
