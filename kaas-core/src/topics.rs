@@ -318,6 +318,19 @@ fn storage(e: std::io::Error) -> CoreError {
     CoreError::Storage(e.to_string())
 }
 
+/// A topic's metadata file, by name; `None` if there is none. Read by name, it is what the
+/// volume holds now, whatever this broker's snapshot says.
+pub async fn read_meta<V: Volume>(volume: &V, topic: &str) -> CoreResult<Option<TopicMeta>> {
+    let path = join(TOPICS_DIR, &format!("{topic}.json"));
+    let Some(raw) = volume.read(&path).await.map_err(storage)? else { return Ok(None) };
+    let meta: TopicMeta = serde_json::from_slice(&raw)
+        .map_err(|e| CoreError::Storage(format!("{path}: unreadable topic metadata: {e}")))?;
+    if meta.format_version != TOPIC_FORMAT_VERSION || meta.name != topic {
+        return Err(CoreError::Storage(format!("{path}: unknown format version or name mismatch")));
+    }
+    Ok(Some(meta))
+}
+
 impl<E: Env> TopicManager<E> {
     async fn load(&mut self) -> CoreResult<()> {
         let volume = self.env.volume().clone();
@@ -348,16 +361,8 @@ impl<E: Env> TopicManager<E> {
         Ok(())
     }
 
-    /// A topic's metadata file, by name; `None` if there is none.
     async fn read_meta(&self, topic: &str) -> CoreResult<Option<TopicMeta>> {
-        let path = join(TOPICS_DIR, &format!("{topic}.json"));
-        let Some(raw) = self.env.volume().read(&path).await.map_err(storage)? else { return Ok(None) };
-        let meta: TopicMeta = serde_json::from_slice(&raw)
-            .map_err(|e| CoreError::Storage(format!("{path}: unreadable topic metadata: {e}")))?;
-        if meta.format_version != TOPIC_FORMAT_VERSION || meta.name != topic {
-            return Err(CoreError::Storage(format!("{path}: unknown format version or name mismatch")));
-        }
-        Ok(Some(meta))
+        read_meta(self.env.volume(), topic).await
     }
 
     /// Picks up what peers did to the topics: new topics, deletions, new partitions and config

@@ -813,13 +813,23 @@ pub(crate) async fn fence_everywhere(topics: &TopicsHandle, epochs: Arc<BTreeMap
 async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreResult<()> {
     let commit = entry.state == TxnState::PrepareCommit;
     let marker = if commit { Marker::Commit } else { Marker::Abort };
-    let snapshot = to.topics.snapshot();
+    let mut snapshot = to.topics.snapshot();
+    if entry.partitions.iter().any(|(t, i)| snapshot.partition(t, *i).is_none()) {
+        // A coordinator that just took the slot over may not have heard of a peer's topic yet.
+        to.topics.refresh(entry.partitions.iter().map(|(t, _)| t.as_str())).await;
+        snapshot = to.topics.snapshot();
+    }
     let view = to.membership.view();
     let mut local = Vec::new();
     let mut remote: BTreeMap<Endpoint, Vec<TxnMember>> = BTreeMap::new();
     for (topic, index) in &entry.partitions {
-        // A partition deleted since owes nothing.
         let Some(partition) = snapshot.partition(topic, *index) else {
+            // Deleted since, and owing nothing, only if its file says so: a topic this broker
+            // cannot serve yet (its file read, not yet adopted) still gets its marker.
+            match crate::topics::read_meta(to.env.volume(), topic).await? {
+                Some(meta) if *index < meta.partitions => return Err(CoreError::NotLeaderOrFollower),
+                _ => {}
+            }
             tracing::info!(transactional_id = %entry.transactional_id, topic, index, "no marker for a partition deleted since");
             continue;
         };
