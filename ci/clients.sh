@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Real clients nobody here wrote, installed from their registries, each running a short script
-# against one kaas broker and then a three-broker cluster: produce, consume in a group,
-# commit, read the commit back, and copy in transactions.
+# Real clients nobody here wrote, installed from their registries (PyPI, npm, Maven Central),
+# each running a short script against one kaas broker and then a three-broker cluster:
+# produce, consume in a group, commit, read the commit back, and copy in transactions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KAAS=target/release/kaas
 [ -x "$KAAS" ] || cargo build --release -p kaas-server
-scripts=$(ls ci/clients/*.py ci/clients/node/*.mjs 2>/dev/null || true)
+scripts=$(ls ci/clients/*.py ci/clients/node/*.mjs ci/clients/*.sh 2>/dev/null || true)
 if [ -z "$scripts" ]; then echo "no client scripts"; exit 0; fi
 
 if ls ci/clients/*.py >/dev/null 2>&1; then
@@ -17,6 +17,10 @@ if ls ci/clients/*.py >/dev/null 2>&1; then
 fi
 if ls ci/clients/node/*.mjs >/dev/null 2>&1 && [ ! -d ci/clients/node/node_modules ]; then
   (cd ci/clients/node && npm install --no-audit --no-fund --silent)
+fi
+# The Java client and Kafka's tools: fetched by Maven, the checks compiled, before any clock runs.
+if ls ci/clients/*.sh >/dev/null 2>&1; then
+  bash ci/clients/java/build.sh > /dev/null
 fi
 
 # Every script runs against one broker, then against three brokers on one data directory
@@ -52,6 +56,7 @@ for brokers in 1 3; do
     case "$script" in
       *.py) runner=ci/.venv/bin/python ;;
       *.mjs) runner=node ;;
+      *.sh) runner=bash ;;
     esac
     if timeout 120 "$runner" "$script" "$bootstrap"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $script ($brokers)"; fi
   done
