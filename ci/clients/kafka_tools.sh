@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Kafka's own command-line tools (kafka-tools 4.x, run with java -cp, as bin/kafka-*.sh do)
+# against kaas: kafka-topics, kafka-configs, kafka-producer-perf-test,
+# kafka-consumer-perf-test, kafka-get-offsets, kafka-consumer-groups (describe, reset offsets,
+# delete), kafka-verifiable-producer and -consumer, and kafka-transactions (list, describe,
+# describe-producers, find-hanging, abort) on a transaction its producer left open by dying.
+set -euo pipefail
+bootstrap=$1
+cp=$(bash "$(dirname "$0")/java/build.sh")
+run=$(date +%s%N | tail -c 7)
+topic=tools-$run
+group=tools-g-$run
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# tool CLASS ARGS...: runs one tool; its output (stderr too) is kept in $out and echoed on failure.
+tool() {
+  local class=$1
+  shift
+  if ! timeout 120 java -cp "$cp" "org.apache.kafka.tools.$class" "$@" > "$out" 2>&1; then
+    cat "$out"
+    echo "FAILED: $class $*"
+    exit 1
+  fi
+}
+# expect PATTERN WHAT: the last tool's output matches PATTERN (extended regex).
+expect() {
+  if ! grep -Eq "$1" "$out"; then
+    cat "$out"
+    echo "FAILED: $2 (no match for /$1/)"
+    exit 1
+  fi
+}
+
+tool TopicCommand --bootstrap-server "$bootstrap" --create --topic "$topic" --partitions 3 --replication-factor 1
+expect "Created topic $topic" "kafka-topics --create"
+tool TopicCommand --bootstrap-server "$bootstrap" --alter --topic "$topic" --partitions 4
+tool TopicCommand --bootstrap-server "$bootstrap" --describe --topic "$topic"
+expect "PartitionCount: 4" "kafka-topics --describe after --alter --partitions 4"
+tool TopicCommand --bootstrap-server "$bootstrap" --list
+expect "^$topic\$" "kafka-topics --list"
+
+tool ConfigCommand --bootstrap-server "$bootstrap" --entity-type topics --entity-name "$topic" --alter --add-config retention.ms=86400000
+tool ConfigCommand --bootstrap-server "$bootstrap" --entity-type topics --entity-name "$topic" --describe
+expect "retention.ms=86400000" "kafka-configs --describe after --alter"
+
+records=20000
+tool ProducerPerformance --topic "$topic" --num-records $records --record-size 100 --throughput -1 \
+  --command-property bootstrap.servers="$bootstrap" acks=all
+expect "^$records records sent" "kafka-producer-perf-test"
+echo "  $(tail -1 "$out")"
+tool ConsumerPerformance --bootstrap-server "$bootstrap" --topic "$topic" --num-records $records --group "$group" --timeout 30000
+expect ", $records, " "kafka-consumer-perf-test read every record"
+tool GetOffsetShell --bootstrap-server "$bootstrap" --topic "$topic"
+total=$(awk -F: '{s += $3} END {print s}' "$out")
+[ "$total" -eq $records ] || { cat "$out"; echo "FAILED: kafka-get-offsets sums to $total, not $records"; exit 1; }
+
+tool consumer.group.ConsumerGroupCommand --bootstrap-server "$bootstrap" --describe --group "$group"
+expect "$group[[:space:]]+$topic[[:space:]]+0 " "kafka-consumer-groups --describe"
+tool consumer.group.ConsumerGroupCommand --bootstrap-server "$bootstrap" --reset-offsets --group "$group" \
+  --topic "$topic" --to-earliest --execute
+expect "$group[[:space:]]+$topic[[:space:]]+[0-3][[:space:]]+0" "kafka-consumer-groups --reset-offsets --to-earliest"
+tool consumer.group.ConsumerGroupCommand --bootstrap-server "$bootstrap" --describe --group "$group" --offsets
+[ "$(awk -v g="$group" '$1 == g {s += $4} END {print s + 0}' "$out")" -eq 0 ] \
+  || { cat "$out"; echo "FAILED: offsets not reset to 0"; exit 1; }
+tool consumer.group.ConsumerGroupCommand --bootstrap-server "$bootstrap" --delete --group "$group"
+expect "successful" "kafka-consumer-groups --delete"
+
+verified=ver-$run
+tool TopicCommand --bootstrap-server "$bootstrap" --create --topic "$verified" --partitions 3 --replication-factor 1
+tool VerifiableProducer --bootstrap-server "$bootstrap" --topic "$verified" --max-messages 1000 --acks -1
+expect '"sent":1000,"acked":1000' "kafka-verifiable-producer: every message acked"
+tool VerifiableConsumer --bootstrap-server "$bootstrap" --topic "$verified" --group-id "ver-g-$run" --max-messages 1000
+consumed=$(python3 -c '
+import json, sys
+print(sum(e.get("count", 0) for e in map(json.loads, filter(str.strip, open(sys.argv[1]))) if e.get("name") == "records_consumed"))
+' "$out")
+[ "$consumed" -eq 1000 ] || { cat "$out"; echo "FAILED: kafka-verifiable-consumer consumed $consumed"; exit 1; }
+
+# A producer that dies inside its transaction, and what kafka-transactions makes of it.
+txn_topic=tools-txn-$run
+txn_id=tools-open-$run
+tool TopicCommand --bootstrap-server "$bootstrap" --create --topic "$txn_topic" --partitions 2 --replication-factor 1
+start=$(timeout 60 java -cp "$cp" kaas.OpenTransaction "$bootstrap" "$txn_topic" "$txn_id")
+tool TransactionsCommand --bootstrap-server "$bootstrap" list
+expect "$txn_id[[:space:]]+[0-9]+[[:space:]]+[0-9]+[[:space:]]+Ongoing" "kafka-transactions list"
+tool TransactionsCommand --bootstrap-server "$bootstrap" describe --transactional-id "$txn_id"
+expect "$txn_id[[:space:]]+[0-9]+[[:space:]]+[0-9]+[[:space:]]+Ongoing .*$txn_topic-0" "kafka-transactions describe"
+tool TransactionsCommand --bootstrap-server "$bootstrap" describe-producers --topic "$txn_topic" --partition 0
+expect "[[:space:]]$start[[:space:]]+\$" "kafka-transactions describe-producers: the open transaction's start offset"
+# Open, but known to its coordinator: not hanging.
+tool TransactionsCommand --bootstrap-server "$bootstrap" find-hanging --max-transaction-timeout 0 --topic "$txn_topic" --partition 0
+if grep -q "$txn_topic" "$out"; then cat "$out"; echo "FAILED: find-hanging calls an ongoing transaction hanging"; exit 1; fi
+tool TransactionsCommand --bootstrap-server "$bootstrap" abort --topic "$txn_topic" --partition 0 --start-offset "$start"
+tool TransactionsCommand --bootstrap-server "$bootstrap" describe-producers --topic "$txn_topic" --partition 0
+expect "[[:space:]]None[[:space:]]+\$" "kafka-transactions abort ends the partition's open transaction"
+echo "kafka tools 4.x: topics, configs, perf tests, get-offsets, consumer-groups, verifiable producer/consumer, transactions"
