@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: formatting and lints, every Rust test (unit,
-# librdkafka integration, the simulator's scenario tests), then the Python and Node.js client
-# scripts against a freshly built broker. Installs what it needs (Python clients in ci/.venv,
-# Node clients in ci/clients/node/node_modules) on first use.
+# librdkafka integration, the simulator's scenario tests), then the client
+# scripts (Python, Node.js, the Java client, Kafka's tools, franz-go) against a freshly built
+# broker, and exactly-once copies under broker kills. Installs what it needs on first use
+# (Python clients in ci/.venv, Node clients in ci/clients/node/node_modules, Maven jars in
+# ~/.m2, Go modules in the Go module cache).
 #
 # The broker is built and tested per package, never with --workspace: a workspace build
 # unifies features and would switch kaas-core's `sim` feature (mutants, BUGGIFY) on in the
@@ -22,5 +24,7 @@ echo "== cargo test: the simulator (sim profile)"
 cargo test --profile sim -p kaas-sim -p kaas-core -- --test-threads=2
 echo "== client scripts"
 bash ci/clients.sh
+echo "== exactly-once copies under broker kills (TransactionalMessageCopier, franz-go)"
+bash ci/kills.sh
 echo "== Kubernetes manifests (schema validation)"
 bash ci/deploy.sh
