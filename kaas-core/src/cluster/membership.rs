@@ -62,6 +62,9 @@ pub struct ClusterView {
     /// Live brokers by id, this one included while its lease is valid.
     pub live: BTreeMap<i32, Peer>,
     observed: Arc<BTreeMap<i32, Observation>>,
+    /// A peer's lease was read that this broker has not seen change yet, within a session
+    /// timeout of first reading it: that peer may well be serving.
+    peers_unknown: bool,
     session_timeout: Duration,
     drift_margin: Duration,
 }
@@ -76,6 +79,7 @@ impl ClusterView {
             lease_valid_until: None,
             live: BTreeMap::new(),
             observed: Arc::new(BTreeMap::new()),
+            peers_unknown: false,
             session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
             drift_margin: Duration::from_millis(config.broker_lease_drift_margin_ms),
         }
@@ -99,10 +103,17 @@ impl ClusterView {
     }
 
     /// The brokers that may own things: the settled live ones, or every live one if none is
-    /// settled (a cluster starting, or a broker alone).
+    /// settled (a cluster starting, or a broker alone). But none while a peer's liveness is
+    /// unknown and none is settled: a broker that has just started cannot tell its live
+    /// peers from dead ones for a heartbeat, and if it took everything in that heartbeat it
+    /// would give it all back the next, every thing moving twice for each restart.
     pub fn owners(&self) -> Vec<i32> {
         let settled: Vec<i32> = self.live.values().filter(|p| p.settled).map(|p| p.broker_id).collect();
-        if settled.is_empty() { self.live.keys().copied().collect() } else { settled }
+        match (settled.is_empty(), self.peers_unknown) {
+            (false, _) => settled,
+            (true, true) => Vec::new(),
+            (true, false) => self.live.keys().copied().collect(),
+        }
     }
 
     /// The broker that should own `key` (a partition, slot or group name) by rendezvous hash
@@ -474,6 +485,12 @@ impl<E: Env> Membership<E> {
             lease_valid_until: valid,
             live,
             observed: Arc::new(self.observed.clone()),
+            peers_unknown: self.observed.iter().any(|(&id, o)| {
+                id != self.config.broker_id
+                    && o.lease.as_ref().is_some_and(|l| !l.leaving)
+                    && !o.seen_change
+                    && now < o.changed_at + timeout
+            }),
             session_timeout: timeout,
             drift_margin: Duration::from_millis(self.config.broker_lease_drift_margin_ms),
         };
@@ -484,6 +501,18 @@ impl<E: Env> Membership<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broker_that_cannot_tell_its_peers_yet_owns_nothing_until_it_can() {
+        let mut view = ClusterView::standalone(2, Instant::now());
+        view.live.get_mut(&2).unwrap().settled = false;
+        assert_eq!(view.owners(), vec![2], "alone and unsettled: a cluster starting");
+        view.peers_unknown = true;
+        assert!(view.owners().is_empty(), "a peer's lease not yet seen to change may be live");
+        let peer = Peer { broker_id: 0, host: "h".into(), port: 1, settled: true };
+        view.live.insert(0, peer);
+        assert_eq!(view.owners(), vec![0], "a settled peer owns, whatever else is unknown");
+    }
 
     #[test]
     fn rendezvous_moves_only_the_keys_of_the_broker_that_left() {
