@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FIXED=${KAAS_SIM_FIXED:-400}
-ROTATING=${KAAS_SIM_ROTATING:-400}
+ROTATING=${KAAS_SIM_ROTATING:-300}
 MUTANT_SEEDS=${KAAS_SIM_MUTANT_SEEDS:-400}
 # cluster-flap's worlds live through several leases each (about 40 simulated seconds of
 # frequent heartbeats): a quarter of each window.
