@@ -11,7 +11,7 @@
 # Seeds run in parallel on every core. Fails on any violation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FIXED=${KAAS_SIM_FIXED:-400}
+FIXED=${KAAS_SIM_FIXED:-300}
 ROTATING=${KAAS_SIM_ROTATING:-300}
 MUTANT_SEEDS=${KAAS_SIM_MUTANT_SEEDS:-400}
 # cluster-flap's worlds live through several leases each (about 40 simulated seconds of
