@@ -504,7 +504,7 @@ mod tests {
 
     #[test]
     fn a_broker_that_cannot_tell_its_peers_yet_owns_nothing_until_it_can() {
-        let mut view = ClusterView::standalone(2, Instant::now());
+        let mut view = ClusterView::standalone(2, Clock::monotonic(&crate::env::real::RealClock));
         view.live.get_mut(&2).unwrap().settled = false;
         assert_eq!(view.owners(), vec![2], "alone and unsettled: a cluster starting");
         view.peers_unknown = true;

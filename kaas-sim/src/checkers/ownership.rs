@@ -37,25 +37,20 @@ pub fn claims(volume: &SimVolume) -> (Vec<(String, ClaimFile)>, Vec<String>) {
 
 /// The thrash check for `flapper`, cut off `cuts` times.
 pub fn check_flapping(claims: &[(String, ClaimFile)], flapper: i32, cuts: usize) -> Vec<String> {
-    // (incarnation, session) -> what the flapper claimed in it.
-    let mut by_session: BTreeMap<(u64, u64), Vec<&str>> = BTreeMap::new();
+    // incarnation -> session -> what the flapper claimed in it.
+    let mut by_session: BTreeMap<u64, BTreeMap<u64, Vec<&str>>> = BTreeMap::new();
     for (path, claim) in claims.iter().filter(|(_, c)| c.broker_id == flapper) {
-        by_session.entry((claim.incarnation, claim.session)).or_default().push(path);
+        by_session.entry(claim.incarnation).or_default().entry(claim.session).or_default().push(path);
     }
     let mut violations = Vec::new();
-    for incarnation in by_session.keys().map(|(i, _)| *i).collect::<std::collections::BTreeSet<_>>() {
-        let sessions: Vec<(u64, usize)> = by_session
-            .iter()
-            .filter(|((i, _), _)| *i == incarnation)
-            .map(|((_, session), paths)| (*session, paths.len()))
-            .collect();
-        let (first, last) = (sessions[0].0, sessions[sessions.len() - 1].0);
-        let between: Vec<(u64, usize)> = sessions.iter().copied().filter(|(s, _)| *s != first && *s != last).collect();
+    for (incarnation, sessions) in &by_session {
+        let inside = sessions.len().saturating_sub(2);
+        let between: Vec<(u64, usize)> = sessions.iter().skip(1).take(inside).map(|(s, p)| (*s, p.len())).collect();
         // Lenient at both ends: a first session that claimed nothing before the first cut, or
         // a run ending before the broker settled after the last, lets one between-cuts session
         // pass as first or last.
         if !between.is_empty() {
-            let example = by_session[&(incarnation, between[0].0)][0];
+            let example = sessions[&between[0].0][0];
             violations.push(format!(
                 "thrash: broker {flapper} (incarnation {incarnation:x}) claimed ownership in {} lease sessions \
                  between its {cuts} cuts from the volume (session, claims: {between:?}; e.g. {example}); \

@@ -117,14 +117,19 @@ pub fn brokers(rng: &mut ChaCha8Rng) -> Vec<BrokerSpec> {
         .collect()
 }
 
+/// A cluster world's idempotent load (2 to 6 partitions, 2 to 5 producers) and its brokers.
+fn load_and_brokers(rng: &mut ChaCha8Rng) -> (Load, Vec<BrokerSpec>) {
+    let partitions = rng.random_range(2..=6);
+    let producers = rng.random_range(2..=5);
+    let load = Load::draw(rng, producers, partitions);
+    (load, brokers(rng))
+}
+
 impl Cluster {
     fn draw(seed: u64, zombie: bool) -> Cluster {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let leases = Leases::draw(&mut rng);
-        let partitions = rng.random_range(2..=6);
-        let producers = rng.random_range(2..=5);
-        let load = Load::draw(&mut rng, producers, partitions);
-        let brokers = brokers(&mut rng);
+        let (load, brokers) = load_and_brokers(&mut rng);
         let hosts: Vec<String> = brokers.iter().map(|b| b.host.clone()).collect();
         let mix = FaultMix { progress_max: load.steps(), clock_steps: zombie, drift_ppm_max: leases.drift_ppm_max() };
         let mut common = Common::draw_with(&mut rng, brokers, mix);
@@ -267,10 +272,7 @@ impl World for ClusterFlap {
     fn draw(seed: u64) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let leases = Leases::draw_flapping(&mut rng);
-        let partitions = rng.random_range(2..=6);
-        let producers = rng.random_range(2..=5);
-        let load = Load::draw(&mut rng, producers, partitions);
-        let brokers = brokers(&mut rng);
+        let (load, brokers) = load_and_brokers(&mut rng);
         let flap = Flap::draw(&mut rng, &brokers, &leases);
         let mix = FaultMix { progress_max: load.steps(), clock_steps: false, drift_ppm_max: leases.drift_ppm_max() };
         let mut common = Common::draw_with(&mut rng, brokers, mix);
