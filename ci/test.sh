@@ -11,20 +11,23 @@
 # binary under test. The simulator builds with the `sim` profile (optimised, assertions on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each section says when it starts, so a slow CI run shows where its time went.
+section() { echo "== $1 (at ${SECONDS} s)"; }
 
-echo "== cargo fmt --check"
+section "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+section "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
-echo "== cargo build --release -p kaas-server (the binary users build)"
+section "cargo build --release -p kaas-server (the binary users build)"
 cargo build --release -p kaas-server
-echo "== cargo test: the broker"
+section "cargo test: the broker"
 cargo test -p kaas-core -p kaas-net -p kaas-server -- --test-threads=2
-echo "== cargo test: the simulator (sim profile)"
+section "cargo test: the simulator (sim profile)"
 cargo test --profile sim -p kaas-sim -p kaas-core -- --test-threads=2
-echo "== client scripts"
+section "client scripts"
 bash ci/clients.sh
-echo "== exactly-once copies under broker kills (TransactionalMessageCopier, franz-go)"
+section "exactly-once copies under broker kills (TransactionalMessageCopier, franz-go)"
 bash ci/kills.sh
-echo "== Kubernetes manifests (schema validation)"
+section "Kubernetes manifests (schema validation)"
 bash ci/deploy.sh
+echo "== ci/test.sh done in ${SECONDS} s"
