@@ -171,6 +171,18 @@ fn raw_header(correlation_id: i32) -> BytesMut {
     buf
 }
 
+/// The partitions of a request that do not exist, once the files of topics this broker does
+/// not know yet have been read (a peer may have just created them). Apache checks offset
+/// commits against its metadata the same way and answers UNKNOWN_TOPIC_OR_PARTITION for each.
+pub async fn unknown_partitions<E: Env>(
+    ctx: &Context<E>,
+    wanted: Vec<(String, i32)>,
+) -> std::collections::BTreeSet<(String, i32)> {
+    ctx.broker.topics.refresh(wanted.iter().map(|(t, _)| t.as_str())).await;
+    let snapshot = ctx.broker.topics.snapshot();
+    wanted.into_iter().filter(|(t, p)| snapshot.partition(t, *p).is_none()).collect()
+}
+
 pub fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }

@@ -1,5 +1,6 @@
 //! OffsetCommit (v2-v9) and OffsetFetch (v1-v9, the batched v8+ form included). A commit is
-//! acked only once it is durable on the volume. OffsetFetch with require_stable (v7+) answers
+//! acked only once it is durable on the volume; one for a partition that does not exist is
+//! refused with UNKNOWN_TOPIC_OR_PARTITION, as Apache refuses it. OffsetFetch with require_stable (v7+) answers
 //! UNSTABLE_OFFSET_COMMIT for a partition with transactional offsets staged (KIP-447).
 
 use kaas_core::env::{Clock, Env};
@@ -13,7 +14,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::*;
 
-use super::{text, topic};
+use super::{text, topic, unknown_partitions};
 use crate::connection::Context;
 use crate::error;
 
@@ -25,10 +26,22 @@ pub async fn commit<E: Env>(
     _header: &RequestHeader,
     request: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
+    let unknown = unknown_partitions(
+        ctx,
+        request
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), p.partition_index)))
+            .collect(),
+    )
+    .await;
     let mut offsets = Vec::new();
     let mut too_large = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {
+            if unknown.contains(&(t.name.0.to_string(), p.partition_index)) {
+                continue;
+            }
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
             if metadata.len() > OFFSET_METADATA_MAX_BYTES {
                 too_large.push((t.name.0.to_string(), p.partition_index));
@@ -65,7 +78,10 @@ pub async fn commit<E: Env>(
                 .partitions
                 .iter()
                 .map(|p| {
-                    let code = if too_large.contains(&(t.name.0.to_string(), p.partition_index)) {
+                    let tp = (t.name.0.to_string(), p.partition_index);
+                    let code = if unknown.contains(&tp) {
+                        ResponseError::UnknownTopicOrPartition.code()
+                    } else if too_large.contains(&tp) {
                         ResponseError::OffsetMetadataTooLarge.code()
                     } else {
                         error::code_of(&result)

@@ -4,7 +4,7 @@
 //! DescribeTransactions (v0). Each decodes, asks the transaction coordinator (or the group
 //! coordinator, or a partition), and encodes; the state machine lives in kaas-core.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kaas_core::cluster::peers::{Markers, member_from_wire, member_on_wire};
 use kaas_core::env::{Clock, Env};
@@ -17,6 +17,7 @@ use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnT
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
+use kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestTopic;
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
@@ -25,7 +26,7 @@ use kafka_protocol::messages::write_txn_markers_response::{
 };
 use kafka_protocol::messages::*;
 
-use super::{text, topic};
+use super::{text, topic, unknown_partitions};
 use crate::connection::Context;
 use crate::error;
 
@@ -190,7 +191,16 @@ pub async fn txn_offset_commit<E: Env>(
     _header: &RequestHeader,
     request: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
-    let result = stage(ctx, &request).await;
+    let unknown = unknown_partitions(
+        ctx,
+        request
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), p.partition_index)))
+            .collect(),
+    )
+    .await;
+    let result = stage(ctx, &request, &unknown).await;
     let code = error::code_of(&result);
     let topics = request
         .topics
@@ -200,6 +210,10 @@ pub async fn txn_offset_commit<E: Env>(
                 .partitions
                 .iter()
                 .map(|p| {
+                    let code = match unknown.contains(&(t.name.0.to_string(), p.partition_index)) {
+                        true => ResponseError::UnknownTopicOrPartition.code(),
+                        false => code,
+                    };
                     TxnOffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
                         .with_error_code(code)
@@ -211,7 +225,17 @@ pub async fn txn_offset_commit<E: Env>(
     TxnOffsetCommitResponse::default().with_topics(topics)
 }
 
-async fn stage<E: Env>(ctx: &Context<E>, request: &TxnOffsetCommitRequest) -> CoreResult<()> {
+/// Partitions in `unknown` are left out; with none left, nothing is asked of the coordinator
+/// (as Apache does).
+async fn stage<E: Env>(
+    ctx: &Context<E>,
+    request: &TxnOffsetCommitRequest,
+    unknown: &BTreeSet<(String, i32)>,
+) -> CoreResult<()> {
+    let known = |t: &TxnOffsetCommitRequestTopic, p: i32| !unknown.contains(&(t.name.0.to_string(), p));
+    if !request.topics.iter().any(|t| t.partitions.iter().any(|p| known(t, p.partition_index))) {
+        return Ok(());
+    }
     let id = transactional_id(&request.transactional_id)?;
     let group_id = request.group_id.0.to_string();
     if group_id.is_empty() {
@@ -224,7 +248,7 @@ async fn stage<E: Env>(ctx: &Context<E>, request: &TxnOffsetCommitRequest) -> Co
     let now_ms = ctx.broker.env.clock().now_ms();
     let mut offsets = Vec::new();
     for t in &request.topics {
-        for p in &t.partitions {
+        for p in t.partitions.iter().filter(|p| known(t, p.partition_index)) {
             let committed = CommittedOffset {
                 offset: p.committed_offset,
                 leader_epoch: p.committed_leader_epoch,

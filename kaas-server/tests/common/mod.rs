@@ -1,6 +1,8 @@
 //! A kaas broker as a child process, for tests that drive it with real clients and kill it.
 #![allow(dead_code)]
 
+pub mod wire;
+
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

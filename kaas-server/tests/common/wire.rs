@@ -1,0 +1,48 @@
+//! One Kafka request at a time over a blocking socket, with kafka-protocol's structs: for tests
+//! that check what kaas answers field by field, as no client library shows it.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+pub struct Wire {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Wire {
+    pub fn connect(bootstrap: &str) -> Wire {
+        let stream = TcpStream::connect(bootstrap).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Wire { stream, correlation_id: 0 }
+    }
+
+    /// Sends `request` as `version` of `key` and decodes the answer.
+    pub fn call<Req: Encodable, Resp: Decodable>(&mut self, key: ApiKey, version: i16, request: &Req) -> Resp {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("kaas-wire-test")));
+        let mut body = BytesMut::new();
+        header.encode(&mut body, key.request_header_version(version)).expect("encode header");
+        request.encode(&mut body, version).expect("encode request");
+        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        self.stream.write_all(&frame).expect("send");
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).expect("response size");
+        let mut answer = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut answer).expect("response");
+        let mut answer = Bytes::from(answer);
+        let header = ResponseHeader::decode(&mut answer, key.response_header_version(version)).expect("header");
+        assert_eq!(header.correlation_id, self.correlation_id);
+        Resp::decode(&mut answer, version).expect("decode response")
+    }
+}
