@@ -129,6 +129,35 @@ async fn read_committed_sees_committed_transactions_whole_and_aborted_ones_never
     assert_eq!(flat(&committed).len(), 22, "the last transaction is visible once committed");
 }
 
+/// DeleteRecords past every batch of a producer removes its state, as in Apache; its next
+/// batch continues its sequence (not 0) and must be taken, or librdkafka aborts the
+/// transaction with UNKNOWN_PRODUCER_ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_goes_on_after_delete_records_removes_the_producers_batches() {
+    let kaas = Kaas::start("txn-after-delete-records", &[]);
+    let bootstrap = kaas.bootstrap();
+    create_topic(&bootstrap, "dr", 1).await;
+    let producer = transactional_producer(&bootstrap, "deleted-under", &[]);
+    producer.begin_transaction().unwrap();
+    for i in 0..6 {
+        send(&producer, "dr", 0, &format!("before{i}"));
+        producer.flush(T).unwrap();
+    }
+    producer.commit_transaction(T).unwrap();
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).create().expect("admin");
+    let mut cut = TopicPartitionList::new();
+    cut.add_partition_offset("dr", 0, Offset::Offset(7)).unwrap();
+    let deleted = admin.delete_records(&cut, &AdminOptions::new()).await.unwrap();
+    assert_eq!(deleted.find_partition("dr", 0).unwrap().offset(), Offset::Offset(7), "6 records and a marker gone");
+
+    producer.begin_transaction().unwrap();
+    send(&producer, "dr", 0, "after");
+    producer.flush(T).unwrap();
+    producer.commit_transaction(T).expect("the transaction after DeleteRecords commits");
+    assert_eq!(flat(&read_all(&bootstrap, "dr", 1, "read_committed")), ["after"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_second_instance_fences_the_first_and_aborts_its_transaction() {
     let kaas = Kaas::start("txn-zombie", &[]);

@@ -101,7 +101,13 @@ pub async fn restore<V: Volume>(volume: &V, log: &PartitionLog<V>) -> Result<Pro
     let (from, mut states) = match restored {
         Some((_, states)) if crate::mutant!(SnapshotWithoutTailScan) => return Ok(states),
         Some((offset, states)) => (offset, states),
-        None => (log.log_start_offset(), ProducerStates::default()),
+        None => {
+            let mut states = ProducerStates::default();
+            if log.log_start_offset() > 0 {
+                states.transition(Event::HistoryLost);
+            }
+            (log.log_start_offset(), states)
+        }
     };
     states.transition(Event::LogStartMoved { log_start_offset: log.log_start_offset() });
     let from = from.max(log.log_start_offset());

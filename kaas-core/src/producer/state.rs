@@ -11,12 +11,16 @@
 //! - a new epoch must start at sequence 0 (unless the producer is unknown);
 //! - the same epoch must continue at the last sequence + 1 (wrapping after i32::MAX), else
 //!   OUT_OF_ORDER_SEQUENCE_NUMBER;
-//! - an unknown producer (never seen, expired, or its batches deleted) must start at sequence
-//!   0, else UNKNOWN_PRODUCER_ID. Apache since 2.5 accepts any sequence there, which lets a
-//!   producer whose first batch failed get its second one written: a gap in its sequence that
-//!   no retry can fill. kaas keeps the older answer (Kafka 1.0 to 2.4), which clients handle by
-//!   starting a new epoch, so that the log of every producer stays gapless (DESIGN.md,
-//!   invariant 2).
+//! - a producer this partition forgot (expired, or every batch of it deleted by retention or
+//!   DeleteRecords) may go on at any sequence, as Apache (2.5+, KIP-360) lets it: its client
+//!   relies on that after a DeleteRecords;
+//! - a producer this partition never knew must start at sequence 0, else UNKNOWN_PRODUCER_ID.
+//!   Apache accepts any sequence there too, which lets a producer whose first batch failed get
+//!   its second one written: a gap that no retry can fill. kaas keeps the older answer (Kafka
+//!   1.0 to 2.4), which clients handle by starting a new epoch, so that a producer's log stays
+//!   gapless wherever nothing removed its state (DESIGN.md, invariant 2). It can tell the two
+//!   apart because it remembers the ids it forgot (the newest `FORGOTTEN_MAX` of them; any id
+//!   at or below an older one counts as forgotten too).
 //!
 //! It also follows transactions as Apache's `ProducerStateManager` does: a producer's first
 //! transactional batch opens its transaction in this partition (the first unstable offset),
@@ -27,7 +31,7 @@
 //! the invariants of what it touched at the end; `check_invariants` checks all of them (the
 //! take-over path, after filling the state from the snapshot and the log tail).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +40,8 @@ use crate::log::control::Marker;
 
 /// Batches remembered per producer: the Java client's default max.in.flight.
 pub const BATCHES_RETAINED: usize = 5;
+/// Forgotten producer ids remembered one by one, per partition.
+pub const FORGOTTEN_MAX: usize = 1000;
 
 /// One appended batch of a producer, as the dedupe window remembers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +128,9 @@ pub enum Event<'a> {
     Expire { now_ms: i64, expiration_ms: i64 },
     /// The log's start moved up to `log_start_offset` (DeleteRecords, retention).
     LogStartMoved { log_start_offset: i64 },
+    /// The state was rebuilt from a log whose start had moved, with no snapshot: which
+    /// producers had batches below it is not known, so any of them may have been forgotten.
+    HistoryLost,
 }
 
 /// What to do with an incoming producer batch.
@@ -134,7 +143,7 @@ pub enum Verdict {
     },
     OutOfOrderSequence,
     InvalidProducerEpoch,
-    /// No state for this producer and a first sequence other than 0.
+    /// A producer never known here, at a first sequence other than 0.
     UnknownProducerId,
 }
 
@@ -148,15 +157,39 @@ fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
     i64::from(next_seq) == i64::from(last_seq) + 1 || (next_seq == 0 && last_seq == i32::MAX)
 }
 
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerStates {
     producers: BTreeMap<i64, ProducerEntry>,
     /// Aborted transactions, oldest first, until retention removes their batches.
     #[serde(default)]
     aborted: Vec<AbortedTxn>,
+    /// Producers whose state was removed (expiry, their batches deleted), newest `FORGOTTEN_MAX`.
+    #[serde(default)]
+    forgotten: BTreeSet<i64>,
+    /// Every id at or below this may have been forgotten without being in `forgotten`: the
+    /// set overflowed, or the state was rebuilt without its history (-1: none). A snapshot
+    /// written before this field existed has lost its history.
+    #[serde(default = "history_lost")]
+    forgotten_up_to: i64,
     /// How many batches each producer keeps: `BATCHES_RETAINED` but for a simulation mutant.
     #[serde(skip)]
     window_override: Option<usize>,
+}
+
+fn history_lost() -> i64 {
+    i64::MAX
+}
+
+impl Default for ProducerStates {
+    fn default() -> ProducerStates {
+        ProducerStates {
+            producers: BTreeMap::new(),
+            aborted: Vec::new(),
+            forgotten: BTreeSet::new(),
+            forgotten_up_to: -1,
+            window_override: None,
+        }
+    }
 }
 
 impl ProducerStates {
@@ -191,12 +224,17 @@ impl ProducerStates {
             Event::Fence { producer_id, producer_epoch } => self.on_fence(producer_id, producer_epoch),
             Event::Expire { now_ms, expiration_ms } => self.on_expire(now_ms, expiration_ms),
             Event::LogStartMoved { log_start_offset } => self.on_log_start_moved(log_start_offset),
+            Event::HistoryLost => {
+                let changed = self.forgotten_up_to != i64::MAX;
+                self.forgotten_up_to = i64::MAX;
+                changed
+            }
         };
         // What the event touched; the whole state with debug assertions on (the simulator).
         match event {
             Event::Batch { header, .. } => self.check_producer(header.producer_id),
             Event::Marker { producer_id, .. } | Event::Fence { producer_id, .. } => self.check_producer(producer_id),
-            Event::Expire { .. } | Event::LogStartMoved { .. } => {}
+            Event::Expire { .. } | Event::LogStartMoved { .. } | Event::HistoryLost => self.check_forgotten(),
         }
         self.check_aborted_tail();
         if cfg!(debug_assertions) {
@@ -219,6 +257,9 @@ impl ProducerStates {
         if let Some(invariant) = self.producers.values().find_map(|e| e.broken(window)) {
             return Some(invariant);
         }
+        if let Some(invariant) = self.forgotten_broken() {
+            return Some(invariant);
+        }
         if !self.aborted.iter().all(|a| a.first_offset < a.last_offset) {
             return Some("an aborted range ends at its marker");
         }
@@ -226,6 +267,36 @@ impl ProducerStates {
             return Some("aborted transactions are kept in marker order");
         }
         None
+    }
+
+    fn forgotten_broken(&self) -> Option<&'static str> {
+        if self.forgotten.len() > FORGOTTEN_MAX {
+            return Some("the forgotten producers are bounded");
+        }
+        if self.forgotten.iter().any(|pid| self.producers.contains_key(pid)) {
+            return Some("a forgotten producer has no state");
+        }
+        None
+    }
+
+    fn check_forgotten(&self) {
+        if let Some(invariant) = self.forgotten_broken() {
+            panic!("{invariant}");
+        }
+    }
+
+    /// Whether this partition may once have had state for `producer_id` and removed it.
+    fn may_have_forgotten(&self, producer_id: i64) -> bool {
+        producer_id <= self.forgotten_up_to || self.forgotten.contains(&producer_id)
+    }
+
+    /// Remembers that `producer_id`'s state was removed; the oldest id makes room.
+    fn forget(&mut self, producer_id: i64) {
+        self.forgotten.insert(producer_id);
+        while self.forgotten.len() > FORGOTTEN_MAX {
+            let oldest = self.forgotten.pop_first().expect("not empty");
+            self.forgotten_up_to = self.forgotten_up_to.max(oldest);
+        }
     }
 
     fn check_producer(&self, producer_id: i64) {
@@ -248,7 +319,10 @@ impl ProducerStates {
     pub fn check(&self, header: &BatchHeader) -> Verdict {
         debug_assert!(header.producer_id >= 0);
         let Some(entry) = self.producers.get(&header.producer_id) else {
-            return if header.base_sequence == 0 { Verdict::Append } else { Verdict::UnknownProducerId };
+            return match header.base_sequence == 0 || self.may_have_forgotten(header.producer_id) {
+                true => Verdict::Append,
+                false => Verdict::UnknownProducerId,
+            };
         };
         let first_seq = header.base_sequence;
         let last_seq = last_sequence(first_seq, header.last_offset_delta);
@@ -274,6 +348,7 @@ impl ProducerStates {
             return false;
         }
         let window = self.window();
+        self.forgotten.remove(&header.producer_id);
         let entry = self.producers.entry(header.producer_id).or_insert_with(|| ProducerEntry {
             producer_epoch: header.producer_epoch,
             batches: VecDeque::new(),
@@ -314,6 +389,7 @@ impl ProducerStates {
     /// A marker of a newer epoch (a coordinator that fenced the producer) moves the producer to
     /// it: the old epoch is fenced here too, and the new one starts its sequence at 0.
     fn on_marker(&mut self, producer_id: i64, producer_epoch: i16, marker: Marker, offset: i64) -> bool {
+        self.forgotten.remove(&producer_id);
         let entry = self.producers.entry(producer_id).or_insert_with(|| ProducerEntry {
             producer_epoch,
             batches: VecDeque::new(),
@@ -379,20 +455,38 @@ impl ProducerStates {
     /// Forgets producers idle (by their batches' timestamps) for `expiration_ms`; never one
     /// with an open transaction.
     fn on_expire(&mut self, now_ms: i64, expiration_ms: i64) -> bool {
-        let before = self.producers.len();
-        self.producers.retain(|_, e| {
-            e.current_txn_first_offset.is_some() || now_ms.saturating_sub(e.last_timestamp) < expiration_ms
-        });
-        before != self.producers.len()
+        let expired: Vec<i64> = self
+            .producers
+            .iter()
+            .filter(|(_, e)| {
+                e.current_txn_first_offset.is_none() && now_ms.saturating_sub(e.last_timestamp) >= expiration_ms
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in &expired {
+            self.producers.remove(pid);
+            self.forget(*pid);
+        }
+        !expired.is_empty()
     }
 
     /// Forgets the producers whose every batch lies below `log_start_offset`, as Apache does
     /// when it removes their segments, and the aborted transactions that ended there.
     fn on_log_start_moved(&mut self, log_start_offset: i64) -> bool {
         let (producers, aborted) = (self.producers.len(), self.aborted.len());
-        self.producers.retain(|_, e| {
-            e.current_txn_first_offset.is_some() || e.batches.back().is_none_or(|b| b.last_offset >= log_start_offset)
-        });
+        let gone: Vec<i64> = self
+            .producers
+            .iter()
+            .filter(|(_, e)| {
+                e.current_txn_first_offset.is_none()
+                    && e.batches.back().is_some_and(|b| b.last_offset < log_start_offset)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in gone {
+            self.producers.remove(&pid);
+            self.forget(pid);
+        }
         self.aborted.retain(|a| a.last_offset >= log_start_offset);
         assert!(
             self.producers.values().all(|e| e.current_txn_first_offset.is_some()
@@ -518,5 +612,49 @@ pub(crate) mod tests {
         assert!(states.get(1).is_none() && states.get(2).is_some());
         states.transition(Event::LogStartMoved { log_start_offset: 2 });
         assert!(states.is_empty());
+    }
+
+    /// A producer whose state was removed goes on at its own sequence, as Apache lets it
+    /// (its client never learns of the removal); one never known must still start at 0.
+    #[test]
+    fn a_forgotten_producer_continues_at_any_sequence_a_stranger_starts_at_zero() {
+        let mut states = ProducerStates::default();
+        states.transition(Event::Batch { header: &batch(7, 0, 0, 5), base_offset: 0 });
+        states.transition(Event::LogStartMoved { log_start_offset: 5 });
+        assert!(states.get(7).is_none());
+        assert_eq!(states.check(&batch(7, 0, 5, 1)), Verdict::Append);
+        assert_eq!(states.check(&batch(8, 0, 5, 1)), Verdict::UnknownProducerId);
+        // Known again from its next batch: the usual checks apply.
+        states.transition(Event::Batch { header: &batch(7, 0, 5, 1), base_offset: 5 });
+        assert_eq!(states.check(&batch(7, 0, 9, 1)), Verdict::OutOfOrderSequence);
+        // Expiry forgets too, and a snapshot keeps what was forgotten.
+        let mut late = batch(9, 0, 0, 1);
+        late.max_timestamp = 9000;
+        states.transition(Event::Batch { header: &late, base_offset: 6 });
+        states.transition(Event::Expire { now_ms: 9000 + 1, expiration_ms: 1 });
+        let restored = crate::producer::snapshot::decode(&crate::producer::snapshot::encode(&states)).unwrap();
+        assert_eq!(restored.check(&batch(9, 0, 1, 1)), Verdict::Append);
+        assert_eq!(restored.check(&batch(10, 0, 1, 1)), Verdict::UnknownProducerId);
+    }
+
+    /// Past `FORGOTTEN_MAX` the oldest ids are remembered as a bound; a state rebuilt with no
+    /// history (no snapshot, the log start moved) counts every producer as possibly forgotten.
+    #[test]
+    fn forgotten_ids_are_bounded_and_a_lost_history_forgets_everyone() {
+        let mut states = ProducerStates::default();
+        let count = FORGOTTEN_MAX as i64 + 10;
+        for pid in 0..count {
+            states.transition(Event::Batch { header: &batch(pid, 0, 0, 1), base_offset: pid });
+        }
+        states.transition(Event::LogStartMoved { log_start_offset: count });
+        assert!(states.is_empty());
+        assert_eq!(states.forgotten.len(), FORGOTTEN_MAX);
+        assert_eq!(states.check(&batch(3, 0, 1, 1)), Verdict::Append);
+        assert_eq!(states.check(&batch(count - 1, 0, 1, 1)), Verdict::Append);
+        assert_eq!(states.check(&batch(count, 0, 1, 1)), Verdict::UnknownProducerId);
+        let mut rebuilt = ProducerStates::default();
+        assert_eq!(rebuilt.check(&batch(3, 0, 1, 1)), Verdict::UnknownProducerId);
+        assert!(rebuilt.transition(Event::HistoryLost));
+        assert_eq!(rebuilt.check(&batch(3, 0, 1, 1)), Verdict::Append);
     }
 }
