@@ -25,6 +25,7 @@ use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::log::batch::BatchHeader;
 use crate::log::control::{self, Marker};
+use crate::log::records::TimestampAndOffset;
 use crate::log::{DurableEnd, LogConfig, PartitionLog, cut_to_durable};
 use crate::producer::snapshot;
 use crate::producer::state::{AbortedTxn, Event, MarkerVerdict, ProducerEntry, ProducerStates, Verdict};
@@ -117,7 +118,7 @@ enum Command {
     },
     OffsetForTime {
         timestamp: i64,
-        reply: oneshot::Sender<CoreResult<Option<i64>>>,
+        reply: oneshot::Sender<CoreResult<Option<TimestampAndOffset>>>,
     },
     MaxTimestamp {
         reply: oneshot::Sender<i64>,
@@ -235,7 +236,8 @@ impl PartitionHandle {
         self.ask(|reply| Command::DescribeProducers { reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 
-    pub async fn offset_for_time(&self, timestamp: i64) -> CoreResult<Option<i64>> {
+    /// The first record at or after `timestamp` (ListOffsets by time), with its own timestamp.
+    pub async fn offset_for_time(&self, timestamp: i64) -> CoreResult<Option<TimestampAndOffset>> {
         self.ask(|reply| Command::OffsetForTime { timestamp, reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 

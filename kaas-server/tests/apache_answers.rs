@@ -3,16 +3,20 @@
 
 mod common;
 
+use bytes::{Bytes, BytesMut};
 use common::Kaas;
 use common::wire::Wire;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
@@ -107,4 +111,67 @@ fn txn_offset_commits_for_partitions_that_do_not_exist_are_refused() {
     );
     let want = [("known", 5, UNKNOWN_TOPIC_OR_PARTITION), ("nowhere", 0, UNKNOWN_TOPIC_OR_PARTITION)];
     assert_eq!(got, want.map(|(t, p, c)| (t.to_string(), p, c)));
+}
+
+/// One lz4-compressed batch of records stamped `timestamps` (CreateTime), as a producer sends it.
+fn compressed_batch(timestamps: &[i64]) -> Bytes {
+    let records: Vec<Record> = timestamps
+        .iter()
+        .enumerate()
+        .map(|(i, &timestamp)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32 - 1,
+            timestamp,
+            key: None,
+            value: Some(Bytes::from(format!("r{i}"))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions { version: 2, compression: Compression::Lz4 };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).expect("encodes");
+    buf.freeze()
+}
+
+/// ListOffsets by timestamp answers the first record at or after it, looked for inside its
+/// (compressed) batch, with that record's own timestamp; the max-timestamp lookup (-3)
+/// answers the record that has it. kaas once answered the batch's base offset.
+#[test]
+fn list_offsets_by_timestamp_reads_inside_the_batch() {
+    let kaas = Kaas::start("offsets-for-times", &[]);
+    let mut wire = Wire::connect(&kaas.bootstrap());
+    create_topic(&mut wire, "times", 1);
+    // Out of order within the batch, as CreateTime allows; appended at offset 0..5.
+    let batch = compressed_batch(&[1000, 2000, 5000, 3000, 4000]);
+    let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(name("times"))
+            .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(batch))]),
+    ]);
+    let response: ProduceResponse = wire.call(ApiKey::Produce, 9, &request);
+    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+
+    let lookup = |wire: &mut Wire, timestamp: i64| -> (i16, i64, i64) {
+        let request = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            ListOffsetsTopic::default().with_name(name("times")).with_partitions(vec![
+                ListOffsetsPartition::default().with_partition_index(0).with_timestamp(timestamp),
+            ]),
+        ]);
+        let response: ListOffsetsResponse = wire.call(ApiKey::ListOffsets, 7, &request);
+        let p = &response.topics[0].partitions[0];
+        (p.error_code, p.offset, p.timestamp)
+    };
+    assert_eq!(lookup(&mut wire, 500), (0, 0, 1000));
+    assert_eq!(lookup(&mut wire, 1500), (0, 1, 2000));
+    assert_eq!(lookup(&mut wire, 2500), (0, 2, 5000), "the first at or after in offset order, not the nearest");
+    assert_eq!(lookup(&mut wire, 5000), (0, 2, 5000));
+    assert_eq!(lookup(&mut wire, 5001), (0, -1, -1), "no record that late");
+    assert_eq!(lookup(&mut wire, -3), (0, 2, 5000), "the record with the max timestamp");
 }

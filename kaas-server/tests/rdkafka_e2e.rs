@@ -13,8 +13,10 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -108,6 +110,11 @@ async fn consume(
         }
         let message = match tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await {
             Err(_) => continue,
+            // librdkafka reports lost connections to the application too (the broker is
+            // restarting): it reconnects by itself, and the phase's deadline still holds.
+            Ok(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure,
+            ))) => continue,
             Ok(message) => message.expect("consume"),
         };
         let payload = String::from_utf8(message.payload().expect("payload").to_vec()).unwrap();

@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod control;
 mod partition_log;
+pub mod records;
 pub mod segment;
 
 pub use partition_log::{DurableEnd, LogConfig, LogError, PartitionLog, ReadResult, cut_to_durable};

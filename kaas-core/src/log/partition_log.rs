@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::batch::{BatchHeader, HEADER_LEN};
 use super::control::Marker;
+use super::records::TimestampAndOffset;
 use super::segment::{self, Segment};
 use crate::cluster::Claimed;
 use crate::env::{Volume, VolumeFile, join};
@@ -442,11 +443,11 @@ impl<V: Volume> PartitionLog<V> {
     }
 
     /// The base offset of the first batch with a timestamp at or after `timestamp`, or `None`.
-    pub async fn offset_for_time(&self, timestamp: i64) -> Result<Option<i64>, LogError> {
+    pub async fn offset_for_time(&self, timestamp: i64) -> Result<Option<TimestampAndOffset>, LogError> {
         for seg in &self.segments {
             let limit = seg.durable_len;
-            if let Some(offset) = seg.offset_for_time(timestamp, limit).await? {
-                return Ok(Some(offset.max(self.log_start_offset)));
+            if let Some(found) = seg.offset_for_time(timestamp, self.log_start_offset, limit).await? {
+                return Ok(Some(found));
             }
         }
         Ok(None)
@@ -627,7 +628,7 @@ mod tests {
             let header = batch::check(&read.records).unwrap();
             assert!(header.base_offset <= offset && offset <= header.last_offset(), "offset {offset}");
         }
-        assert_eq!(log.offset_for_time(1010).await.unwrap(), Some(30));
+        assert_eq!(log.offset_for_time(1010).await.unwrap().map(|f| f.offset), Some(30));
         assert_eq!(log.offset_for_time(5000).await.unwrap(), None);
         assert!(matches!(log.read(61, 100, None).await, Err(LogError::OffsetOutOfRange)));
     }

@@ -10,6 +10,7 @@ use std::io;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::batch::{self, BatchError, BatchHeader, HEADER_LEN};
+use super::records::{self, TimestampAndOffset};
 use crate::env::{Volume, VolumeFile};
 
 /// One sparse index entry: the batch starting at `position` begins at or before `offset`'s
@@ -200,9 +201,15 @@ impl<F: VolumeFile> Segment<F> {
         Ok(limit)
     }
 
-    /// The first batch (its base offset) whose max timestamp is at least `timestamp`.
-    pub async fn offset_for_time(&self, timestamp: i64, limit: u64) -> io::Result<Option<i64>> {
-        if self.max_timestamp < timestamp {
+    /// The first record at `from_offset` or later whose timestamp is at least `timestamp`:
+    /// the first batch whose max timestamp reaches it, read record by record.
+    pub async fn offset_for_time(
+        &self,
+        timestamp: i64,
+        from_offset: i64,
+        limit: u64,
+    ) -> io::Result<Option<TimestampAndOffset>> {
+        if self.max_timestamp < timestamp || self.next_offset <= from_offset {
             return Ok(None);
         }
         // Start from the last index entry whose running max is still below the target.
@@ -211,10 +218,14 @@ impl<F: VolumeFile> Segment<F> {
         while position < limit {
             let raw = self.file.read_at(position, HEADER_LEN).await?;
             let header = BatchHeader::parse(&raw).map_err(|_| corrupt(position))?;
-            if header.max_timestamp >= timestamp {
-                return Ok(Some(header.base_offset));
+            let len = header.total_len() as u64;
+            if header.max_timestamp >= timestamp && header.next_offset() > from_offset {
+                let whole = self.file.read_at(position, len as usize).await?;
+                if let Some(found) = records::find_at_or_after(&header, whole, timestamp, from_offset) {
+                    return Ok(Some(found));
+                }
             }
-            position += header.total_len() as u64;
+            position += len;
         }
         Ok(None)
     }

@@ -1,5 +1,7 @@
 //! ListOffsets (v1-v9): latest (-1), earliest (-2), max timestamp (-3), earliest local (-4,
-//! the same as earliest: all data is local), latest tiered (-5, none), and by timestamp.
+//! the same as earliest: all data is local), latest tiered (-5, none), and by timestamp: the
+//! first record at or after it, read inside its batch as Apache reads it, with its own
+//! timestamp.
 //! With read_committed isolation (1) the readable end is the last stable offset, not the
 //! high watermark.
 
@@ -76,7 +78,7 @@ async fn lookup<E: Env>(
         LATEST_TIERED => found(-1, -1),
         MAX_TIMESTAMP => match partition.max_timestamp().await {
             Ok(ts) if ts >= 0 => match partition.offset_for_time(ts).await {
-                Ok(Some(offset)) => found(offset, ts),
+                Ok(Some(at)) => found(at.offset, at.timestamp),
                 Ok(None) => found(-1, -1),
                 Err(e) => base.with_error_code(error::code(&e)),
             },
@@ -85,7 +87,7 @@ async fn lookup<E: Env>(
         },
         ts if ts < 0 => base.with_error_code(ResponseError::InvalidRequest.code()).with_offset(-1).with_timestamp(-1),
         ts => match partition.offset_for_time(ts).await {
-            Ok(Some(offset)) if offset < end => found(offset, ts),
+            Ok(Some(at)) if at.offset < end => found(at.offset, at.timestamp),
             Ok(_) => found(-1, -1),
             Err(e) => base.with_error_code(error::code(&e)),
         },
