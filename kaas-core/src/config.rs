@@ -26,6 +26,9 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: i32,
     pub group_max_session_timeout_ms: i32,
     pub group_max_size: usize,
+    /// The most partitions one DescribeTopicPartitions answer holds
+    /// (`max.request.partition.size.limit`).
+    pub max_request_partition_size_limit: i32,
     pub delete_topic_enable: bool,
     /// How long a partition remembers an idle producer (`producer.id.expiration.ms`).
     pub producer_id_expiration_ms: i64,
@@ -72,6 +75,7 @@ impl Default for BrokerConfig {
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,
             group_max_size: 1000,
+            max_request_partition_size_limit: 2000,
             delete_topic_enable: true,
             producer_id_expiration_ms: 86_400_000,
             transaction_max_timeout_ms: 900_000,
@@ -128,6 +132,7 @@ impl BrokerConfig {
             "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = parse(name, value)?,
             "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = parse(name, value)?,
             "group.max.size" => self.group_max_size = parse(name, value)?,
+            "max.request.partition.size.limit" => self.max_request_partition_size_limit = parse(name, value)?,
             "delete.topic.enable" => self.delete_topic_enable = parse(name, value)?,
             "cluster.id" => self.cluster_id = value.to_string(),
             _ => tracing::warn!(name, "unknown configuration name: kept, but it changes nothing"),

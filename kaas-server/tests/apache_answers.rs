@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 use common::Kaas;
 use common::wire::Wire;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
@@ -174,4 +175,44 @@ fn list_offsets_by_timestamp_reads_inside_the_batch() {
     assert_eq!(lookup(&mut wire, 5000), (0, 2, 5000));
     assert_eq!(lookup(&mut wire, 5001), (0, -1, -1), "no record that late");
     assert_eq!(lookup(&mut wire, -3), (0, 2, 5000), "the record with the max timestamp");
+}
+
+/// DescribeTopicPartitions pages through topics in name order, a page holding at most the
+/// asked number of partitions; the cursor names where the next page starts. Named topics that
+/// do not exist are answered with an error; a cursor outside the named topics is refused.
+#[test]
+fn describe_topic_partitions_pages_by_cursor() {
+    let kaas = Kaas::start("describe-topic-partitions", &[]);
+    let mut wire = Wire::connect(&kaas.bootstrap());
+    for (t, partitions) in [("c", 1), ("a", 3), ("b", 2)] {
+        create_topic(&mut wire, t, partitions);
+    }
+    let mut describe = |topics: &[&str], cursor: Option<(&str, i32)>| {
+        let request = DescribeTopicPartitionsRequest::default()
+            .with_topics(topics.iter().map(|t| TopicRequest::default().with_name(name(t))).collect())
+            .with_response_partition_limit(2)
+            .with_cursor(cursor.map(|(t, p)| Cursor::default().with_topic_name(name(t)).with_partition_index(p)));
+        let response: DescribeTopicPartitionsResponse = wire.call(ApiKey::DescribeTopicPartitions, 0, &request);
+        let got: Vec<(String, i16, Vec<i32>)> = response
+            .topics
+            .iter()
+            .map(|t| {
+                let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+                (name, t.error_code, t.partitions.iter().map(|p| p.partition_index).collect())
+            })
+            .collect();
+        let next = response.next_cursor.map(|c| (c.topic_name.0.to_string(), c.partition_index));
+        (got, next)
+    };
+    let page = |topics: &[(&str, i16, &[i32])]| -> Vec<(String, i16, Vec<i32>)> {
+        topics.iter().map(|(t, code, ps)| (t.to_string(), *code, ps.to_vec())).collect()
+    };
+    assert_eq!(describe(&[], None), (page(&[("a", 0, &[0, 1])]), Some(("a".into(), 2))));
+    assert_eq!(describe(&[], Some(("a", 2))), (page(&[("a", 0, &[2]), ("b", 0, &[0])]), Some(("b".into(), 1))));
+    assert_eq!(describe(&[], Some(("b", 1))), (page(&[("b", 0, &[1]), ("c", 0, &[0])]), None));
+    // Named topics come back in name order, a missing one with its error.
+    assert_eq!(describe(&["c", "nope", "b"], None), (page(&[("b", 0, &[0, 1])]), Some(("c".into(), 0))));
+    assert_eq!(describe(&["c", "nope", "b"], Some(("c", 0))), (page(&[("c", 0, &[0]), ("nope", 3, &[])]), None));
+    const INVALID_REQUEST: i16 = 42;
+    assert_eq!(describe(&["a"], Some(("b", 0))), (page(&[("a", INVALID_REQUEST, &[])]), None));
 }

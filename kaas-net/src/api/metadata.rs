@@ -30,6 +30,8 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
         }
     };
     // Auto-creation: v4+ says per request; older versions always allow it.
+    // v8+ may ask what the client may do to each topic: everything, with no authorizer.
+    let ops = if request.include_topic_authorized_operations { super::TOPIC_AUTHORIZED_OPERATIONS } else { i32::MIN };
     let allow_create = config.auto_create_topics_enable && (version < 4 || request.allow_auto_topic_creation);
     let mut topics = Vec::new();
     let view = broker.membership.view();
@@ -39,7 +41,7 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
             broker.topics.refresh_all().await;
             let snapshot = broker.topics.snapshot();
             for state in snapshot.topics.values() {
-                topics.push(describe_topic(state, &view));
+                topics.push(describe_topic(state, &view, ops));
             }
         }
         Some(list) => {
@@ -62,7 +64,7 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
                 }
                 let snapshot: std::sync::Arc<MetadataSnapshot> = broker.topics.snapshot();
                 match snapshot.topics.get(&name) {
-                    Some(state) => topics.push(describe_topic(state, &view)),
+                    Some(state) => topics.push(describe_topic(state, &view, ops)),
                     None => topics.push(missing(Some(&name), [0; 16], ResponseError::UnknownTopicOrPartition.code())),
                 }
             }
@@ -82,19 +84,26 @@ fn missing(name: Option<&str>, id: [u8; 16], code: i16) -> MetadataResponseTopic
     MetadataResponseTopic::default().with_name(name.map(topic)).with_topic_id(uuid(id)).with_error_code(code)
 }
 
-fn describe_topic(state: &TopicState, view: &ClusterView) -> MetadataResponseTopic {
+/// The leader of partition `p` of a topic and its leader epoch, as Metadata and
+/// DescribeTopicPartitions report them: the owner by the view, with the ownership epoch where
+/// this broker is it, -1 elsewhere. None while the view names no owner.
+pub fn leader_of(state: &TopicState, p: i32, view: &ClusterView) -> Option<(BrokerId, i32)> {
+    let owner = view.owner_of(&partition_key(&state.meta.name, p))?;
+    let watermarks = state.partitions.get(p as usize).map(|h| h.watermarks()).unwrap_or_default();
+    let epoch = if owner == view.me && watermarks.online { watermarks.leader_epoch } else { -1 };
+    Some((BrokerId(owner), epoch))
+}
+
+fn describe_topic(state: &TopicState, view: &ClusterView, authorized_operations: i32) -> MetadataResponseTopic {
     let partitions = (0..state.meta.partitions)
         .map(|p| {
             let response = MetadataResponsePartition::default().with_partition_index(p);
-            let Some(owner) = view.owner_of(&partition_key(&state.meta.name, p)) else {
+            let Some((leader, epoch)) = leader_of(state, p, view) else {
                 return response
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_leader_id(BrokerId(-1))
                     .with_leader_epoch(-1);
             };
-            let watermarks = state.partitions.get(p as usize).map(|h| h.watermarks()).unwrap_or_default();
-            let epoch = if owner == view.me && watermarks.online { watermarks.leader_epoch } else { -1 };
-            let leader = BrokerId(owner);
             response
                 .with_leader_id(leader)
                 .with_leader_epoch(epoch)
@@ -107,4 +116,5 @@ fn describe_topic(state: &TopicState, view: &ClusterView) -> MetadataResponseTop
         .with_topic_id(uuid(state.meta.topic_id))
         .with_is_internal(false)
         .with_partitions(partitions)
+        .with_topic_authorized_operations(authorized_operations)
 }

@@ -9,6 +9,7 @@ mod create_topics;
 mod delete_records;
 mod delete_topics;
 mod describe_cluster;
+mod describe_topic_partitions;
 mod fetch;
 mod find_coordinator;
 mod groups;
@@ -64,7 +65,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
 ];
+
+/// What a client may do to a topic, as a broker without an authorizer answers it: every
+/// operation a topic supports (Apache's `AclEntry.supportedOperations(TOPIC)`: READ, WRITE,
+/// CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS), one bit per ACL code.
+pub const TOPIC_AUTHORIZED_OPERATIONS: i32 = 1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 10 | 1 << 11;
 
 /// Versions of Produce that are advertised but answered with UNSUPPORTED_VERSION.
 const PRODUCE_REFUSED_MAX: i16 = 2;
@@ -117,6 +124,7 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::CreatePartitions => now!(create_partitions::handle),
         ApiKey::DeleteRecords => now!(delete_records::handle),
         ApiKey::DescribeCluster => now!(describe_cluster::handle),
+        ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions::handle),
         ApiKey::DescribeConfigs => now!(configs::describe),
         ApiKey::IncrementalAlterConfigs => now!(configs::incremental_alter),
         ApiKey::AlterConfigs => now!(configs::alter_legacy),
