@@ -2,8 +2,9 @@
 # Kafka's own command-line tools (kafka-tools 4.x, run with java -cp, as bin/kafka-*.sh do)
 # against kaas: kafka-topics, kafka-configs, kafka-producer-perf-test,
 # kafka-consumer-perf-test, kafka-get-offsets, kafka-consumer-groups (describe, reset offsets,
-# delete), kafka-verifiable-producer and -consumer, and kafka-transactions (list, describe,
-# describe-producers, find-hanging, abort) on a transaction its producer left open by dying.
+# delete), kafka-verifiable-producer and -consumer, kafka-transactions (list, describe,
+# describe-producers, find-hanging, abort) on a transaction its producer left open by dying,
+# and kafka-log-dirs, kafka-leader-election, kafka-reassign-partitions --list and kafka-acls.
 set -euo pipefail
 bootstrap=$1
 cp=$(bash "$(dirname "$0")/java/build.sh")
@@ -94,4 +95,23 @@ if grep -q "$txn_topic" "$out"; then cat "$out"; echo "FAILED: find-hanging call
 tool TransactionsCommand --bootstrap-server "$bootstrap" abort --topic "$txn_topic" --partition 0 --start-offset "$start"
 tool TransactionsCommand --bootstrap-server "$bootstrap" describe-producers --topic "$txn_topic" --partition 0
 expect "[[:space:]]None[[:space:]]+\$" "kafka-transactions abort ends the partition's open transaction"
-echo "kafka tools 4.x: topics, configs, perf tests, get-offsets, consumer-groups, verifiable producer/consumer, transactions"
+# The admin surface a shared volume answers in its own way: one log directory holding what
+# each broker owns, leaders that need no election, no reassignment in progress, no authorizer.
+tool LogDirsCommand --bootstrap-server "$bootstrap" --describe --topic-list "$topic"
+python3 -c '
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith("{")]
+dirs = [d for b in json.loads(lines[0])["brokers"] for d in b["logDirs"]]
+parts = sorted(p["partition"] for d in dirs for p in d["partitions"])
+want = sorted(f"{sys.argv[2]}-{i}" for i in range(4))
+assert parts == want, (parts, want)
+assert sum(p["size"] for d in dirs for p in d["partitions"]) > 20000 * 100, "sizes hold the records"
+' "$out" "$topic" || { cat "$out"; echo "FAILED: kafka-log-dirs lists each partition once, with its size"; exit 1; }
+tool LeaderElectionCommand --bootstrap-server "$bootstrap" --election-type preferred --topic "$topic" --partition 0
+expect "Valid replica already elected for partitions $topic-0" "kafka-leader-election: no election needed"
+tool reassign.ReassignPartitionsCommand --bootstrap-server "$bootstrap" --list
+expect "No partition reassignments found" "kafka-reassign-partitions --list"
+# It exits 1 against Apache with no authorizer too, saying why.
+timeout 120 java -cp "$cp" org.apache.kafka.tools.AclCommand --bootstrap-server "$bootstrap" --list > "$out" 2>&1 || true
+expect "SecurityDisabledException: No Authorizer is configured on the broker" "kafka-acls --list without an authorizer"
+echo "kafka tools 4.x: topics, configs, perf tests, get-offsets, consumer-groups, verifiable producer/consumer, transactions, log-dirs, leader-election, reassign-partitions --list, acls"

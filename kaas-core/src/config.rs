@@ -12,6 +12,9 @@ pub struct BrokerConfig {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub cluster_id: String,
+    /// The data directory on the shared volume, as an absolute path (`--data-dir`; Kafka's
+    /// `log.dirs`, which DescribeLogDirs and DescribeConfigs report).
+    pub log_dir: String,
     pub auto_create_topics_enable: bool,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
@@ -61,6 +64,7 @@ impl Default for BrokerConfig {
             advertised_host: "127.0.0.1".into(),
             advertised_port: 9092,
             cluster_id: "kaas-cluster".into(),
+            log_dir: "./kaas-data".into(),
             auto_create_topics_enable: true,
             num_partitions: 1,
             default_replication_factor: 1,

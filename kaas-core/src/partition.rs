@@ -131,6 +131,10 @@ enum Command {
         offset: i64,
         reply: oneshot::Sender<CoreResult<i64>>,
     },
+    /// The bytes of the log's segments on the volume (DescribeLogDirs).
+    SizeBytes {
+        reply: oneshot::Sender<CoreResult<u64>>,
+    },
     DescribeProducers {
         reply: oneshot::Sender<CoreResult<Vec<(i64, ProducerEntry)>>>,
     },
@@ -229,6 +233,11 @@ impl PartitionHandle {
     /// a partition still opening has not done yet).
     pub async fn read(&self, offset: i64, max_bytes: usize, isolation: Isolation) -> CoreResult<ReadOutcome> {
         self.ask(|reply| Command::Read { offset, max_bytes, isolation, reply }).await.unwrap_or_else(|| Err(stopped()))
+    }
+
+    /// The bytes the partition's segments take on the volume.
+    pub async fn size_bytes(&self) -> CoreResult<u64> {
+        self.ask(|reply| Command::SizeBytes { reply }).await.unwrap_or_else(|| Err(stopped()))
     }
 
     /// Every producer the partition remembers, with its epoch and last batches (KIP-664).
@@ -831,6 +840,9 @@ impl<E: Env> PartitionActor<E> {
                 self.producers.transition(Event::Expire { now_ms, expiration_ms: self.producer_id_expiration_ms });
                 self.publish();
             }
+            Command::SizeBytes { reply } => {
+                let _ = reply.send(Ok(log.size_bytes()));
+            }
             Command::DescribeProducers { reply } => {
                 let producers = self.producers.iter().map(|(pid, e)| (*pid, e.clone())).collect();
                 let _ = reply.send(Ok(producers));
@@ -929,6 +941,7 @@ fn reply_with(command: Command, error: CoreError) {
         Command::OffsetForTime { reply, .. } => drop(reply.send(Err(error()))),
         Command::DeleteRecords { reply, .. } => drop(reply.send(Err(error()))),
         Command::DescribeProducers { reply } => drop(reply.send(Err(error()))),
+        Command::SizeBytes { reply } => drop(reply.send(Err(error()))),
         Command::MaxTimestamp { reply } => drop(reply.send(-1)),
         Command::EpochEnd { reply, .. } => drop(reply.send(Err(error()))),
         Command::Append { reply: None, .. }

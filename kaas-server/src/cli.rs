@@ -127,6 +127,9 @@ pub fn broker_config(args: &ServeArgs, file_text: Option<&str>, bound: &str) -> 
     };
     config.advertised_host = host;
     config.advertised_port = port;
+    config.log_dir = std::fs::canonicalize(&args.data_dir)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| args.data_dir.clone());
     config.validate()?;
     Ok(config)
 }

@@ -123,6 +123,12 @@ pub trait Volume: Clone + Send + Sync + 'static {
     /// Removes a directory and everything in it, durably; absent is not an error.
     fn remove_dir_all(&self, path: &str) -> impl Future<Output = io::Result<()>> + Send;
 
+    /// The size of the file system the volume is on and the bytes free to this process, if
+    /// it can tell (DescribeLogDirs answers them). Decides nothing.
+    fn space(&self) -> impl Future<Output = Option<VolumeSpace>> + Send {
+        async { None }
+    }
+
     /// Atomic durable replace, in its real steps (`replace_steps`): write `<path>.tmp`, fsync
     /// it, rename it over `path`, fsync the directory. A crash leaves the old content or the
     /// new, never a mix (and perhaps a stray `.tmp`, which readers skip). The simulator runs
@@ -147,6 +153,13 @@ pub trait Volume: Clone + Send + Sync + 'static {
             Ok(())
         }
     }
+}
+
+/// What `Volume::space` reports, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeSpace {
+    pub total_bytes: u64,
+    pub usable_bytes: u64,
 }
 
 /// One step of the atomic replace.

@@ -2,6 +2,7 @@
 //! module handles it. Every handler has the same shape: decode, validate, ask kaas-core, map
 //! errors in `crate::error`, encode.
 
+mod acls;
 mod api_versions;
 mod configs;
 mod create_partitions;
@@ -10,10 +11,12 @@ mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_topic_partitions;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod groups;
 mod list_offsets;
+mod log_dirs;
 mod metadata;
 mod offset_for_leader_epoch;
 mod offsets;
@@ -66,6 +69,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 /// What a client may do to a topic, as a broker without an authorizer answers it: every
@@ -125,6 +135,13 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::DeleteRecords => now!(delete_records::handle),
         ApiKey::DescribeCluster => now!(describe_cluster::handle),
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions::handle),
+        ApiKey::DescribeAcls => now!(acls::describe),
+        ApiKey::CreateAcls => now!(acls::create),
+        ApiKey::DeleteAcls => now!(acls::delete),
+        ApiKey::DescribeLogDirs => now!(log_dirs::describe),
+        ApiKey::AlterReplicaLogDirs => now!(log_dirs::alter_replica),
+        ApiKey::ElectLeaders => now!(elect_leaders::elect),
+        ApiKey::ListPartitionReassignments => now!(elect_leaders::list_reassignments),
         ApiKey::DescribeConfigs => now!(configs::describe),
         ApiKey::IncrementalAlterConfigs => now!(configs::incremental_alter),
         ApiKey::AlterConfigs => now!(configs::alter_legacy),

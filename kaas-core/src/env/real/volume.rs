@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use crate::env::{ReplaceStep, Volume, VolumeFile, parent, replace_steps, tmp_path};
+use crate::env::{ReplaceStep, Volume, VolumeFile, VolumeSpace, parent, replace_steps, tmp_path};
 
 #[derive(Clone)]
 pub struct RealVolume {
@@ -30,6 +30,25 @@ impl RealVolume {
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
     tokio::task::spawn_blocking(f).await.map_err(io::Error::other)?
+}
+
+/// statvfs(3) of the file system `dir` is on: its size, and what an unprivileged writer may
+/// still use (`f_bavail`, as df shows it).
+// The field widths differ between platforms (u64 on 64-bit Linux, u32 elsewhere).
+#[allow(clippy::unnecessary_cast)]
+fn statvfs(dir: &Path) -> io::Result<VolumeSpace> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string and `stat` a buffer of the type statvfs fills.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled the whole struct.
+    let stat = unsafe { stat.assume_init() };
+    let block = stat.f_frsize as u64;
+    Ok(VolumeSpace { total_bytes: stat.f_blocks as u64 * block, usable_bytes: stat.f_bavail as u64 * block })
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -99,6 +118,11 @@ impl VolumeFile for RealFile {
 
 impl Volume for RealVolume {
     type File = RealFile;
+
+    async fn space(&self) -> Option<VolumeSpace> {
+        let root = self.root.clone();
+        blocking(move || statvfs(&root)).await.ok()
+    }
 
     async fn create_dir_all(&self, path: &str) -> io::Result<()> {
         let full = self.path(path);
