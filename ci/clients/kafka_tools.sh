@@ -43,7 +43,14 @@ expect "^$topic\$" "kafka-topics --list"
 
 tool ConfigCommand --bootstrap-server "$bootstrap" --entity-type topics --entity-name "$topic" --alter --add-config retention.ms=86400000
 tool ConfigCommand --bootstrap-server "$bootstrap" --entity-type topics --entity-name "$topic" --describe
-expect "retention.ms=86400000" "kafka-configs --describe after --alter"
+expect "retention.ms=86400000 sensitive=false synonyms=\{DYNAMIC_TOPIC_CONFIG:retention.ms=86400000, DEFAULT_CONFIG:log.retention.ms=604800000\}" \
+  "kafka-configs --describe after --alter, with the synonyms under it"
+# The broker's settings under Kafka's names, those set by a flag shown as static.
+tool ConfigCommand --bootstrap-server "$bootstrap" --entity-type brokers --entity-name 0 --describe --all
+expect "^  log.dirs=/[^ ]+ sensitive=false synonyms=\{STATIC_BROKER_CONFIG:log.dirs=" "kafka-configs --describe --all: log.dirs"
+expect "^  advertised.listeners=PLAINTEXT://[^ ]+:[0-9]+ " "kafka-configs --describe --all: advertised.listeners"
+expect "^  group.initial.rebalance.delay.ms=0 sensitive=false synonyms=\{STATIC_BROKER_CONFIG:group.initial.rebalance.delay.ms=0, DEFAULT_CONFIG:group.initial.rebalance.delay.ms=3000\}" \
+  "kafka-configs --describe --all: a --set setting over its default"
 
 records=20000
 tool ProducerPerformance --topic "$topic" --num-records $records --record-size 100 --throughput -1 \

@@ -22,12 +22,9 @@ OPTIONS:
     -h, --help             print this help
     -V, --version          print the version
 
-Settings use Apache Kafka's names: num.partitions, auto.create.topics.enable,
-log.segment.bytes, log.retention.ms, log.retention.bytes, log.retention.check.interval.ms,
-message.max.bytes, socket.request.max.bytes, group.initial.rebalance.delay.ms,
-group.min.session.timeout.ms, group.max.session.timeout.ms, delete.topic.enable,
-producer.id.expiration.ms, transaction.max.timeout.ms,
-transaction.abort.timed.out.transaction.cleanup.interval.ms.
+Settings use Apache Kafka's names (num.partitions, log.retention.ms, ...); every one kaas
+accepts, its default and its meaning is in docs/configuration.md, and Kafka settings that
+mean nothing on a shared volume (log.flush.interval.messages, ...) are accepted and ignored.
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.
 ";
 
@@ -127,6 +124,7 @@ pub fn broker_config(args: &ServeArgs, file_text: Option<&str>, bound: &str) -> 
     };
     config.advertised_host = host;
     config.advertised_port = port;
+    config.listeners = bound.to_string();
     config.log_dir = std::fs::canonicalize(&args.data_dir)
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| args.data_dir.clone());

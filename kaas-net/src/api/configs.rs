@@ -5,12 +5,15 @@
 
 use std::collections::BTreeMap;
 
-use kaas_core::config::{DYNAMIC_BROKER_CONFIGS, broker_name_of};
+use kaas_core::BrokerConfig;
+use kaas_core::config::{broker_name_of, settings};
 use kaas_core::env::Env;
 use kaas_core::topics::{ConfigOp, MetadataSnapshot};
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, RequestHeader,
@@ -30,6 +33,7 @@ const STATIC_BROKER_CONFIG: i8 = 4;
 const DEFAULT_CONFIG: i8 = 5;
 
 // Kafka's ConfigType values (DescribeConfigs v3+).
+const TYPE_BOOLEAN: i8 = 1;
 const TYPE_STRING: i8 = 2;
 const TYPE_LONG: i8 = 5;
 
@@ -39,58 +43,115 @@ const OP_DELETE: i8 = 1;
 const OP_APPEND: i8 = 2;
 const OP_SUBTRACT: i8 = 3;
 
-/// One described config: value, source, read-only.
-type Described = BTreeMap<String, (String, i8, bool)>;
-
-fn entry(name: &str, (value, source, read_only): &(String, i8, bool)) -> DescribeConfigsResourceResult {
-    let config_type = if value.parse::<i64>().is_ok() { TYPE_LONG } else { TYPE_STRING };
-    DescribeConfigsResourceResult::default()
-        .with_name(text(name))
-        .with_value(Some(text(value)))
-        .with_config_source(*source)
-        .with_read_only(*read_only)
-        .with_config_type(config_type)
+/// One described config: its value in force and where it comes from, and (for
+/// include_synonyms) every level that sets it, the one in force first, as Apache lists them.
+struct Described {
+    value: String,
+    source: i8,
+    read_only: bool,
+    synonyms: Vec<(String, String, i8)>,
+    doc: Option<&'static str>,
 }
 
-fn topic_configs(snapshot: &MetadataSnapshot, topic: &str) -> CoreResult<Described> {
+type DescribedConfigs = BTreeMap<String, Described>;
+
+fn entry(name: &str, d: &Described, synonyms: bool, documentation: bool) -> DescribeConfigsResourceResult {
+    let config_type = match d.value.as_str() {
+        "true" | "false" => TYPE_BOOLEAN,
+        v if v.parse::<i64>().is_ok() => TYPE_LONG,
+        _ => TYPE_STRING,
+    };
+    let synonyms = if synonyms { d.synonyms.iter().map(synonym).collect() } else { Vec::new() };
+    DescribeConfigsResourceResult::default()
+        .with_name(text(name))
+        .with_value(Some(text(&d.value)))
+        .with_config_source(d.source)
+        .with_read_only(d.read_only)
+        .with_config_type(config_type)
+        .with_synonyms(synonyms)
+        .with_documentation(d.doc.filter(|_| documentation).map(text))
+}
+
+fn synonym((name, value, source): &(String, String, i8)) -> DescribeConfigsSynonym {
+    DescribeConfigsSynonym::default().with_name(text(name)).with_value(Some(text(value))).with_source(*source)
+}
+
+/// The levels that set broker setting `name`, highest first: a dynamic override, the static
+/// setting, the default.
+fn broker_levels(snapshot: &MetadataSnapshot, statics: &BrokerConfig, name: &str) -> Vec<(String, String, i8)> {
+    let mut levels = Vec::new();
+    if let Some(v) = snapshot.broker_overrides.get(name) {
+        levels.push((name.to_string(), v.clone(), DYNAMIC_BROKER_CONFIG));
+    }
+    let setting = settings::find(name);
+    let default = setting.map(|s| (s.get)(&BrokerConfig::default()));
+    // Given by name, or by a flag (--listen, --broker-id, ...): the static level.
+    let by_flag = setting.map(|s| (s.get)(statics)).filter(|v| Some(v) != default.as_ref());
+    if let Some(v) = statics.explicit.get(name).cloned().or(by_flag) {
+        levels.push((name.to_string(), v, STATIC_BROKER_CONFIG));
+    }
+    let default = default.or_else(|| {
+        BrokerConfig::default()
+            .topic_defaults()
+            .into_iter()
+            .find_map(|(topic, v)| (broker_name_of(topic) == name).then_some(v))
+    });
+    if let Some(v) = default {
+        levels.push((name.to_string(), v, DEFAULT_CONFIG));
+    }
+    levels
+}
+
+fn topic_configs(snapshot: &MetadataSnapshot, statics: &BrokerConfig, topic: &str) -> CoreResult<DescribedConfigs> {
     let state = snapshot.topics.get(topic).ok_or(CoreError::UnknownTopicOrPartition)?;
-    let mut out = Described::new();
-    for (name, value) in snapshot.effective.topic_defaults() {
-        let dynamic = snapshot.broker_overrides.contains_key(broker_name_of(name));
-        let source = if dynamic { DYNAMIC_BROKER_CONFIG } else { DEFAULT_CONFIG };
-        out.insert(name.to_string(), (value, source, false));
+    let mut out = DescribedConfigs::new();
+    for (name, default) in snapshot.effective.topic_defaults() {
+        let broker_name = broker_name_of(name);
+        let mut synonyms = Vec::new();
+        if let Some(v) = state.meta.configs.get(name) {
+            synonyms.push((name.to_string(), v.clone(), DYNAMIC_TOPIC_CONFIG));
+        }
+        synonyms.extend(broker_levels(snapshot, statics, broker_name));
+        let (value, source) = match synonyms.first() {
+            Some((_, v, source)) => (v.clone(), *source),
+            None => (default, DEFAULT_CONFIG),
+        };
+        let doc = settings::find(broker_name).map(|s| s.doc);
+        out.insert(name.to_string(), Described { value, source, read_only: false, synonyms, doc });
     }
     for (name, value) in &state.meta.configs {
-        out.insert(name.clone(), (value.clone(), DYNAMIC_TOPIC_CONFIG, false));
+        out.entry(name.clone()).or_insert_with(|| Described {
+            value: value.clone(),
+            source: DYNAMIC_TOPIC_CONFIG,
+            read_only: false,
+            synonyms: vec![(name.clone(), value.clone(), DYNAMIC_TOPIC_CONFIG)],
+            doc: None,
+        });
     }
     Ok(out)
 }
 
-fn broker_configs(snapshot: &MetadataSnapshot) -> Described {
-    let config = &snapshot.effective;
-    let mut out = Described::new();
-    for (name, value) in config.topic_defaults() {
-        out.insert(broker_name_of(name).to_string(), (value, DEFAULT_CONFIG, true));
+/// Every setting of `settings::SETTINGS` with the value in force, the topic defaults under
+/// their broker names, and whatever else was given by name.
+fn broker_configs(snapshot: &MetadataSnapshot, statics: &BrokerConfig) -> DescribedConfigs {
+    let effective = &snapshot.effective;
+    let mut out = DescribedConfigs::new();
+    let described = |name: &str, value: String, read_only: bool, doc: Option<&'static str>| {
+        let synonyms = broker_levels(snapshot, statics, name);
+        let source = synonyms.first().map_or(DEFAULT_CONFIG, |(_, _, source)| *source);
+        (name.to_string(), Described { value, source, read_only, synonyms, doc })
+    };
+    for s in settings::SETTINGS {
+        out.extend([described(s.name, (s.get)(effective), s.change != settings::Change::Dynamic, Some(s.doc))]);
     }
-    let mut add = |name: &str, value: String| out.insert(name.to_string(), (value, DEFAULT_CONFIG, true));
-    add("auto.create.topics.enable", config.auto_create_topics_enable.to_string());
-    add("num.partitions", config.num_partitions.to_string());
-    add("default.replication.factor", config.default_replication_factor.to_string());
-    add("broker.id", config.broker_id.to_string());
-    add("log.retention.check.interval.ms", config.log_retention_check_interval_ms.to_string());
-    add("socket.request.max.bytes", config.socket_request_max_bytes.to_string());
-    add("group.initial.rebalance.delay.ms", config.group_initial_rebalance_delay_ms.to_string());
-    add("group.min.session.timeout.ms", config.group_min_session_timeout_ms.to_string());
-    add("group.max.session.timeout.ms", config.group_max_session_timeout_ms.to_string());
-    for (name, value) in &config.explicit {
-        out.insert(name.clone(), (value.clone(), STATIC_BROKER_CONFIG, true));
+    for (name, value) in effective.topic_defaults() {
+        if settings::find(broker_name_of(name)).is_none() {
+            out.extend([described(broker_name_of(name), value, true, None)]);
+        }
     }
-    for (name, value) in &snapshot.broker_overrides {
-        out.insert(name.clone(), (value.clone(), DYNAMIC_BROKER_CONFIG, false));
-    }
-    for name in DYNAMIC_BROKER_CONFIGS {
-        if let Some(e) = out.get_mut(*name) {
-            e.2 = false;
+    for (name, value) in &statics.explicit {
+        if !out.contains_key(name) {
+            out.extend([described(name, value.clone(), true, settings::ignored(name))]);
         }
     }
     out
@@ -109,10 +170,11 @@ fn describe_one<E: Env>(
     ctx: &Context<E>,
     snapshot: &MetadataSnapshot,
     r: &DescribeConfigsResource,
-) -> CoreResult<Described> {
+) -> CoreResult<DescribedConfigs> {
+    let statics = &ctx.broker.config;
     match r.resource_type {
-        TOPIC => topic_configs(snapshot, r.resource_name.as_str()),
-        BROKER => check_broker_name(ctx, r.resource_name.as_str()).map(|_| broker_configs(snapshot)),
+        TOPIC => topic_configs(snapshot, statics, r.resource_name.as_str()),
+        BROKER => check_broker_name(ctx, r.resource_name.as_str()).map(|_| broker_configs(snapshot, statics)),
         _ => Err(CoreError::InvalidRequest("unsupported resource type".into())),
     }
 }
@@ -135,7 +197,11 @@ pub async fn describe<E: Env>(
                 let wanted = |name: &str| {
                     r.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
                 };
-                let configs = described.iter().filter(|(n, _)| wanted(n)).map(|(n, e)| entry(n, e)).collect();
+                let configs = described
+                    .iter()
+                    .filter(|(n, _)| wanted(n))
+                    .map(|(n, d)| entry(n, d, request.include_synonyms, request.include_documentation))
+                    .collect();
                 result.with_configs(configs)
             }
             Err(e) => result.with_error_code(error::code(&e)).with_error_message(error::message(&e).map(|m| text(&m))),

@@ -1,5 +1,8 @@
 //! Broker configuration under Kafka's own names (`num.partitions`, `log.segment.bytes`, ...),
 //! set from `--set name=value` and properties files, and the per-topic overrides layered on it.
+//! Which names exist, and what each means, is the table in `settings`.
+
+pub mod settings;
 
 use std::collections::BTreeMap;
 
@@ -8,6 +11,8 @@ use crate::log::LogConfig;
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerConfig {
     pub broker_id: i32,
+    /// The address this broker accepts clients on (`--listen`).
+    pub listeners: String,
     /// Host and port clients are told to connect to.
     pub advertised_host: String,
     pub advertised_port: i32,
@@ -61,6 +66,7 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             broker_id: 0,
+            listeners: "127.0.0.1:9092".into(),
             advertised_host: "127.0.0.1".into(),
             advertised_port: 9092,
             cluster_id: "kaas-cluster".into(),
@@ -93,53 +99,24 @@ impl Default for BrokerConfig {
     }
 }
 
-fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, String> {
-    value.trim().parse().map_err(|_| format!("invalid value {value:?} for {name}"))
-}
-
 impl BrokerConfig {
-    /// Applies one Kafka-named setting. Unknown names are kept (DescribeConfigs shows them)
-    /// but change nothing, so a Kafka properties file can be reused as it is.
+    /// Applies one Kafka-named setting (`settings::SETTINGS`). Kafka settings that mean nothing
+    /// here (`settings::IGNORED`) and unknown names are kept (DescribeConfigs shows them) but
+    /// change nothing, so a Kafka properties file can be reused as it is.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-        match name {
-            "broker.id" | "node.id" => self.broker_id = parse(name, value)?,
-            "producer.id.expiration.ms" => self.producer_id_expiration_ms = parse(name, value)?,
-            "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = parse(name, value)?,
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
-                self.transaction_cleanup_interval_ms = parse(name, value)?;
-                if self.transaction_cleanup_interval_ms == 0 {
-                    return Err(format!("{name} must be positive"));
-                }
+        match settings::find(name) {
+            Some(settings::Setting { set: Some(set), .. }) => set(self, value)?,
+            Some(setting) => {
+                let flag = match setting.change {
+                    settings::Change::Flag(flag) => flag,
+                    _ => "its flag",
+                };
+                tracing::warn!(name, "set by {flag}, not by a setting: ignored");
             }
-            "broker.session.timeout.ms" => self.broker_session_timeout_ms = parse(name, value)?,
-            "broker.heartbeat.interval.ms" => self.broker_heartbeat_interval_ms = parse(name, value)?,
-            "broker.lease.drift.margin.ms" => self.broker_lease_drift_margin_ms = parse(name, value)?,
-            "broker.ownership.settle.ms" => self.broker_ownership_settle_ms = parse(name, value)?,
-            "auto.create.topics.enable" => self.auto_create_topics_enable = parse(name, value)?,
-            "num.partitions" => {
-                self.num_partitions = parse(name, value)?;
-                if self.num_partitions < 1 {
-                    return Err("num.partitions must be at least 1".into());
-                }
-            }
-            "default.replication.factor" => self.default_replication_factor = parse(name, value)?,
-            "log.segment.bytes" => self.log_segment_bytes = parse(name, value)?,
-            "log.index.interval.bytes" => self.log_index_interval_bytes = parse(name, value)?,
-            "log.retention.ms" => self.log_retention_ms = parse(name, value)?,
-            "log.retention.minutes" => self.log_retention_ms = parse::<i64>(name, value)? * 60_000,
-            "log.retention.hours" => self.log_retention_ms = parse::<i64>(name, value)? * 3_600_000,
-            "log.retention.bytes" => self.log_retention_bytes = parse(name, value)?,
-            "log.retention.check.interval.ms" => self.log_retention_check_interval_ms = parse(name, value)?,
-            "message.max.bytes" => self.message_max_bytes = parse(name, value)?,
-            "socket.request.max.bytes" => self.socket_request_max_bytes = parse(name, value)?,
-            "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = parse(name, value)?,
-            "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = parse(name, value)?,
-            "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = parse(name, value)?,
-            "group.max.size" => self.group_max_size = parse(name, value)?,
-            "max.request.partition.size.limit" => self.max_request_partition_size_limit = parse(name, value)?,
-            "delete.topic.enable" => self.delete_topic_enable = parse(name, value)?,
-            "cluster.id" => self.cluster_id = value.to_string(),
-            _ => tracing::warn!(name, "unknown configuration name: kept, but it changes nothing"),
+            None => match settings::ignored(name) {
+                Some(why) => tracing::info!(name, "accepted, changes nothing: {why}"),
+                None => tracing::warn!(name, "unknown configuration name: kept, but it changes nothing"),
+            },
         }
         self.explicit.insert(name.to_string(), value.to_string());
         Ok(())
@@ -326,5 +303,34 @@ mod tests {
         assert_eq!(c.log_config(&overrides).segment_bytes, 2048);
         assert!(validate_topic_config("retention.ms", "-2").is_err());
         assert!(validate_topic_config("no.such", "1").is_err());
+        assert!(c.set("transaction.abort.timed.out.transaction.cleanup.interval.ms", "0").is_err());
+        c.set("log.flush.interval.messages", "1").unwrap();
+        assert_eq!(c.explicit["log.flush.interval.messages"], "1", "ignored settings are still reported");
+    }
+
+    /// Every setting reads back what it was given, so DescribeConfigs reports what is in force.
+    #[test]
+    fn every_setting_reads_back_what_it_was_given() {
+        for s in settings::SETTINGS {
+            let Some(set) = s.set else { continue };
+            let mut c = BrokerConfig::default();
+            let given = match (s.get)(&c).as_str() {
+                "true" => "false".to_string(),
+                "false" => "true".to_string(),
+                v if v.parse::<i64>().is_ok() => "7".to_string(),
+                _ => "other".to_string(),
+            };
+            set(&mut c, &given).unwrap_or_else(|e| panic!("{}: {e}", s.name));
+            assert_eq!((s.get)(&c), given, "{}", s.name);
+        }
+        let names: Vec<&str> = settings::SETTINGS.iter().map(|s| s.name).collect();
+        for name in DYNAMIC_BROKER_CONFIGS {
+            let s = settings::find(name).unwrap_or_else(|| panic!("{name} is in the table"));
+            assert_eq!(s.change, settings::Change::Dynamic, "{name}");
+        }
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "each name once");
     }
 }
