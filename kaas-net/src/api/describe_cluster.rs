@@ -1,4 +1,5 @@
-//! DescribeCluster (v0-v1): every live broker; the controller is the lowest live broker id
+//! DescribeCluster (v0-v2): every live broker (none is fenced: a broker whose lease ran out is
+//! gone, not fenced, so v2's include_fenced_brokers adds nobody); the controller is the lowest live broker id
 //! (kaas has no controller: any broker serves admin requests).
 
 use kaas_core::env::Env;

@@ -1,4 +1,4 @@
-//! Fetch (v4-v16) for consumers. Reads stop at the high watermark (only durable bytes are
+//! Fetch (v4-v18) for consumers. Reads stop at the high watermark (only durable bytes are
 //! served), or for read_committed (isolation 1) at the last stable offset, with the aborted
 //! transactions of the range so the consumer can drop their batches; a fetch with less than `min_bytes` available waits until more arrives or
 //! `max_wait_ms` passes (long polling). Fetch sessions are not kept: every answer carries

@@ -1,9 +1,8 @@
-//! ListOffsets (v1-v9): latest (-1), earliest (-2), max timestamp (-3), earliest local (-4,
-//! the same as earliest: all data is local), latest tiered (-5, none), and by timestamp: the
-//! first record at or after it, read inside its batch as Apache reads it, with its own
-//! timestamp.
-//! With read_committed isolation (1) the readable end is the last stable offset, not the
-//! high watermark.
+//! ListOffsets (v1-v10; v10's timeout_ms waits for nothing: every answer is local): latest
+//! (-1), earliest (-2), max timestamp (-3), earliest local (-4, the same as earliest: all data
+//! is local), latest tiered (-5, none), and by timestamp: the first record at or after it,
+//! read inside its batch as Apache reads it, with its own timestamp. With read_committed
+//! isolation (1) the readable end is the last stable offset, not the high watermark.
 
 use kaas_core::env::Env;
 use kaas_core::partition::PartitionHandle;

@@ -1,8 +1,8 @@
-//! Metadata (v0-v12). Every live broker is listed; each partition's leader is its owner by the
-//! membership's view (rendezvous hash over the live brokers), and its leader epoch the ownership
-//! epoch where this broker knows it (the partitions it owns), -1 elsewhere. The replica and ISR
-//! lists name the owner alone whatever replication factor was asked for: the shared volume is
-//! the replica.
+//! Metadata (v0-v13; v13's top-level error is never set). Every live broker is listed; each
+//! partition's leader is its owner by the membership's view (rendezvous hash over the live
+//! brokers), and its leader epoch the ownership epoch where this broker knows it (the
+//! partitions it owns), -1 elsewhere. The replica and ISR lists name the owner alone whatever
+//! replication factor was asked for: the shared volume is the replica.
 
 use kaas_core::cluster::{ClusterView, partition_key};
 use kaas_core::env::Env;

@@ -36,9 +36,9 @@ use crate::connection::{Answer, Context, Response};
 /// answered with UNSUPPORTED_VERSION, as Kafka 4 does.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 0, 11),
-    (ApiKey::Fetch, 4, 16),
-    (ApiKey::ListOffsets, 1, 9),
-    (ApiKey::Metadata, 0, 12),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::FindCoordinator, 0, 6),
@@ -57,7 +57,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::AddPartitionsToTxn, 0, 5),
