@@ -16,3 +16,8 @@ fn check(relative: &str, want: String) {
 fn the_configuration_reference_is_current() {
     check("docs/configuration.md", kaas_core::config::settings::reference_markdown());
 }
+
+#[test]
+fn the_api_table_is_current() {
+    check("docs/api.md", kaas_net::api::reference::api_table_markdown());
+}

@@ -22,6 +22,7 @@ mod offset_for_leader_epoch;
 mod offsets;
 mod produce;
 mod producers;
+pub mod reference;
 mod transactions;
 
 use bytes::{BufMut, Bytes, BytesMut};

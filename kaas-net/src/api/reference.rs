@@ -1,0 +1,160 @@
+//! The API and version table against Apache Kafka 4.4, `docs/api.md`: what kaas serves
+//! (`SUPPORTED`) beside what Kafka 4.4.0 advertises, with a note where kaas answers in its own
+//! way or not yet. Generated, and checked by kaas-server's `docs` test, so it cannot drift.
+
+use kafka_protocol::messages::ApiKey;
+
+use super::SUPPORTED;
+
+/// (API key, name, lowest, highest version) as a single Apache Kafka 4.4.0 KRaft node
+/// advertises them to clients (kafka-broker-api-versions against `ci/apache/kafka.sh`).
+pub const KAFKA_4_4: &[(i16, &str, i16, i16)] = &[
+    (0, "Produce", 0, 13),
+    (1, "Fetch", 4, 18),
+    (2, "ListOffsets", 1, 11),
+    (3, "Metadata", 0, 13),
+    (8, "OffsetCommit", 2, 10),
+    (9, "OffsetFetch", 1, 10),
+    (10, "FindCoordinator", 0, 6),
+    (11, "JoinGroup", 0, 9),
+    (12, "Heartbeat", 0, 4),
+    (13, "LeaveGroup", 0, 5),
+    (14, "SyncGroup", 0, 5),
+    (15, "DescribeGroups", 0, 6),
+    (16, "ListGroups", 0, 5),
+    (17, "SaslHandshake", 0, 1),
+    (18, "ApiVersions", 0, 5),
+    (19, "CreateTopics", 2, 7),
+    (20, "DeleteTopics", 1, 6),
+    (21, "DeleteRecords", 0, 2),
+    (22, "InitProducerId", 0, 5),
+    (23, "OffsetForLeaderEpoch", 2, 4),
+    (24, "AddPartitionsToTxn", 0, 5),
+    (25, "AddOffsetsToTxn", 0, 4),
+    (26, "EndTxn", 0, 5),
+    (27, "WriteTxnMarkers", 1, 2),
+    (28, "TxnOffsetCommit", 0, 6),
+    (29, "DescribeAcls", 1, 3),
+    (30, "CreateAcls", 1, 3),
+    (31, "DeleteAcls", 1, 3),
+    (32, "DescribeConfigs", 1, 4),
+    (33, "AlterConfigs", 0, 2),
+    (34, "AlterReplicaLogDirs", 1, 2),
+    (35, "DescribeLogDirs", 1, 5),
+    (36, "SaslAuthenticate", 0, 2),
+    (37, "CreatePartitions", 0, 3),
+    (38, "CreateDelegationToken", 1, 3),
+    (39, "RenewDelegationToken", 1, 2),
+    (40, "ExpireDelegationToken", 1, 2),
+    (41, "DescribeDelegationToken", 1, 3),
+    (42, "DeleteGroups", 0, 3),
+    (43, "ElectLeaders", 0, 2),
+    (44, "IncrementalAlterConfigs", 0, 1),
+    (45, "AlterPartitionReassignments", 0, 1),
+    (46, "ListPartitionReassignments", 0, 0),
+    (47, "OffsetDelete", 0, 0),
+    (48, "DescribeClientQuotas", 0, 1),
+    (49, "AlterClientQuotas", 0, 1),
+    (50, "DescribeUserScramCredentials", 0, 0),
+    (51, "AlterUserScramCredentials", 0, 0),
+    (55, "DescribeQuorum", 0, 2),
+    (57, "UpdateFeatures", 0, 2),
+    (60, "DescribeCluster", 0, 2),
+    (61, "DescribeProducers", 0, 0),
+    (64, "UnregisterBroker", 0, 0),
+    (65, "DescribeTransactions", 0, 0),
+    (66, "ListTransactions", 0, 2),
+    (68, "ConsumerGroupHeartbeat", 0, 1),
+    (69, "ConsumerGroupDescribe", 0, 1),
+    (74, "ListConfigResources", 0, 1),
+    (75, "DescribeTopicPartitions", 0, 0),
+    (76, "ShareGroupHeartbeat", 1, 1),
+    (77, "ShareGroupDescribe", 1, 1),
+    (78, "ShareFetch", 1, 2),
+    (79, "ShareAcknowledge", 1, 2),
+    (80, "AddRaftVoter", 0, 1),
+    (81, "RemoveRaftVoter", 0, 0),
+    (83, "InitializeShareGroupState", 0, 0),
+    (84, "ReadShareGroupState", 0, 0),
+    (85, "WriteShareGroupState", 0, 1),
+    (86, "DeleteShareGroupState", 0, 0),
+    (87, "ReadShareGroupStateSummary", 0, 1),
+    (88, "StreamsGroupHeartbeat", 0, 1),
+    (89, "StreamsGroupDescribe", 0, 1),
+    (90, "DescribeShareGroupOffsets", 0, 1),
+    (91, "AlterShareGroupOffsets", 0, 0),
+    (92, "DeleteShareGroupOffsets", 0, 0),
+    (93, "StreamsGroupTopologyDescriptionUpdate", 0, 0),
+    (94, "UnregisterController", 0, 0),
+];
+
+/// What a user should know of an API beyond its versions.
+const NOTES: &[(i16, &str)] = &[
+    (
+        0,
+        "v0-v2 are advertised (librdkafka before 2.11.1 wants v0) and answered UNSUPPORTED_VERSION, as Kafka 4 does; v12-v13 come with transactions v2",
+    ),
+    (2, "by timestamp: the first record at or after it, read inside its batch"),
+    (3, "a partition's leader is its owner on the shared volume; replicas and ISR name the owner alone"),
+    (8, "v10 (topic ids) not yet"),
+    (9, "v10 (topic ids) not yet"),
+    (15, "v6 not yet"),
+    (17, "no authentication yet: PLAINTEXT only"),
+    (18, "v5 not yet"),
+    (26, "v5 comes with transactions v2"),
+    (27, "v2 not yet"),
+    (28, "v4-v6 come with transactions v2"),
+    (29, "no authorizer: SECURITY_DISABLED, as Apache answers without one"),
+    (30, "no authorizer: SECURITY_DISABLED, as Apache answers without one"),
+    (31, "no authorizer: SECURITY_DISABLED, as Apache answers without one"),
+    (32, "broker settings under Kafka's names, with synonyms; see configuration.md"),
+    (34, "one log directory: a move to it is nothing to do, to any other LOG_DIR_NOT_FOUND"),
+    (35, "the data directory, the partitions this broker owns, the file system's size; v5 not yet"),
+    (36, "no authentication yet: PLAINTEXT only"),
+    (42, "v3 not yet"),
+    (43, "the owner is the only replica: ELECTION_NOT_NEEDED"),
+    (45, "not yet: on a shared volume a reassignment would move ownership"),
+    (46, "no reassignment is ever in progress"),
+    (47, "not yet"),
+    (55, "not served: kaas has no metadata quorum (metadata is files on the shared volume, brokers hold leases)"),
+    (60, "no broker is fenced: one whose lease ran out is gone"),
+    (66, "v2 (transactional id pattern) not yet"),
+    (68, "KIP-848: not yet"),
+    (69, "KIP-848: not yet"),
+    (75, "paged by cursor, as Apache pages it"),
+];
+
+fn range(min: i16, max: i16) -> String {
+    if min == max { format!("{min}") } else { format!("{min}-{max}") }
+}
+
+pub fn api_table_markdown() -> String {
+    let mut out = String::from(
+        "# Kafka APIs and versions\n\n\
+         Generated from `kaas-net/src/api/mod.rs` (`SUPPORTED`) and `reference.rs` (`cargo test -p \
+         kaas-server --test docs` fails when this file is stale; `KAAS_WRITE_DOCS=1` rewrites it). \
+         The Kafka 4.4 column is what a single Apache Kafka 4.4.0 node advertises to clients.\n\n\
+         | Key | API | kaas | Kafka 4.4 | Notes |\n|---|---|---|---|---|\n",
+    );
+    let mut keys: Vec<i16> = KAFKA_4_4.iter().map(|&(k, ..)| k).collect();
+    keys.extend(SUPPORTED.iter().map(|&(k, ..)| k as i16));
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        let apache = KAFKA_4_4.iter().find(|&&(k, ..)| k == key);
+        let ours = ApiKey::try_from(key).ok().and_then(super::supported);
+        let name = match (apache, ApiKey::try_from(key)) {
+            (Some(&(_, name, ..)), _) => name.to_string(),
+            (None, Ok(api)) => format!("{api:?}"),
+            (None, Err(_)) => format!("{key}"),
+        };
+        let note = NOTES.iter().find(|&&(k, _)| k == key).map_or("", |&(_, n)| n);
+        let note = if ours.is_none() && note.is_empty() { "not yet" } else { note };
+        out.push_str(&format!(
+            "| {key} | {name} | {} | {} | {note} |\n",
+            ours.map_or("-".to_string(), |(min, max)| range(min, max)),
+            apache.map_or("-".to_string(), |&(_, _, min, max)| range(min, max)),
+        ));
+    }
+    out
+}
