@@ -733,19 +733,23 @@ impl Group {
         self.maybe_complete_join(now, replies);
     }
 
-    /// OffsetCommit's membership rule: an empty group accepts commits from anyone (generation
-    /// -1, as standalone consumers send); otherwise only from a member of this generation.
+    /// OffsetCommit's membership rule, in Apache's order (`ClassicGroup.validateOffsetCommit`):
+    /// an empty group takes commits of generation -1 from anyone (admin clients, standalone
+    /// consumers); a commit naming a member, an instance or a generation must come from a
+    /// current member of this generation; one naming none of them is refused while the group
+    /// has members.
     pub fn check_commit(&self, member_id: &str, instance: Option<&str>, generation_id: i32) -> CoreResult<()> {
-        if generation_id < 0 && member_id.is_empty() && self.state == GroupState::Empty {
+        if generation_id < 0 && self.state == GroupState::Empty {
             return Ok(());
         }
         if crate::mutant!(CommitIgnoresGeneration) {
             return Ok(());
         }
-        if self.state == GroupState::Empty {
-            return Err(if member_id.is_empty() { CoreError::IllegalGeneration } else { CoreError::UnknownMemberId });
+        if generation_id >= 0 || !member_id.is_empty() || instance.is_some() {
+            self.check_member(member_id, instance, generation_id)?;
+        } else if self.state != GroupState::Empty {
+            return Err(CoreError::UnknownMemberId);
         }
-        self.check_member(member_id, instance, generation_id)?;
         if self.state == GroupState::CompletingRebalance {
             return Err(CoreError::RebalanceInProgress);
         }

@@ -87,6 +87,8 @@ async fn read_once(
                 .with_high_watermark(-1)
                 .with_last_stable_offset(-1)
                 .with_log_start_offset(-1)
+                // Null unless a read_committed read has some to tell, as Apache answers.
+                .with_aborted_transactions(None)
                 .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1));
             let Some(name) = &name else {
                 partitions.push(data.with_error_code(ResponseError::UnknownTopicId.code()));

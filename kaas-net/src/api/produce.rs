@@ -24,6 +24,10 @@ enum Pending {
     Waiting(oneshot::Receiver<CoreResult<kaas_core::partition::AppendOutcome>>),
 }
 
+/// A partition of the request: its index, what its append became, and its log start offset as
+/// the request found it.
+type PartitionAppend = (i32, Pending, i64);
+
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
@@ -34,12 +38,14 @@ pub async fn handle<E: Env>(
     // A topic a peer created a moment ago is read now, not at the next rescan.
     ctx.broker.topics.refresh(request.topic_data.iter().map(|t| t.name.0.as_str())).await;
     let snapshot = ctx.broker.topics.snapshot();
-    let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Pending)>)> = Vec::new();
+    let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<PartitionAppend>)> = Vec::new();
     for topic_data in request.topic_data {
         let mut partitions = Vec::new();
         for data in topic_data.partition_data {
+            let log_start =
+                snapshot.partition(&topic_data.name.0, data.index).map_or(-1, |p| p.watermarks().log_start_offset);
             let pending = if !matches!(acks, -1..=1) {
-                Pending::Done(Err(CoreError::InvalidRequest("acks must be -1, 0 or 1".into())))
+                Pending::Done(Err(CoreError::InvalidRequiredAcks))
             } else {
                 match (snapshot.partition(&topic_data.name.0, data.index), data.records) {
                     (None, _) => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
@@ -74,7 +80,9 @@ pub async fn handle<E: Env>(
                     },
                 }
             };
-            partitions.push((data.index, pending));
+            // Only an append the partition refused (a sequence, an epoch) tells the log start.
+            let log_start = if matches!(pending, Pending::Waiting(_)) { log_start } else { -1 };
+            partitions.push((data.index, pending, log_start));
         }
         topics.push((topic_data.name, partitions));
     }
@@ -87,7 +95,7 @@ pub async fn handle<E: Env>(
         let mut responses = Vec::new();
         for (name, partitions) in topics {
             let mut partition_responses = Vec::new();
-            for (index, pending) in partitions {
+            for (index, pending, log_start) in partitions {
                 let result = match pending {
                     Pending::Done(result) => result,
                     Pending::Waiting(rx) => rx.await.unwrap_or(Err(CoreError::Storage("partition stopped".into()))),
@@ -98,7 +106,7 @@ pub async fn handle<E: Env>(
                     Err(CoreError::UnknownProducerId) if version < 5 => Err(CoreError::OutOfOrderSequenceNumber),
                     other => other,
                 };
-                partition_responses.push(partition_response(index, result));
+                partition_responses.push(partition_response(index, result, log_start));
             }
             responses
                 .push(TopicProduceResponse::default().with_name(name).with_partition_responses(partition_responses));
@@ -108,15 +116,30 @@ pub async fn handle<E: Env>(
     })))
 }
 
-fn partition_response(index: i32, result: CoreResult<kaas_core::partition::AppendOutcome>) -> PartitionProduceResponse {
+/// An error of the producer's own batch (its sequence, its epoch) found by the partition carries
+/// its log start offset, as Apache's does; one found before the append (the partition, the
+/// request, the transaction's verification) does not.
+fn partition_response(
+    index: i32,
+    result: CoreResult<kaas_core::partition::AppendOutcome>,
+    log_start: i64,
+) -> PartitionProduceResponse {
     let base = PartitionProduceResponse::default().with_index(index).with_log_append_time_ms(-1);
     match result {
         Ok(outcome) => base.with_base_offset(outcome.base_offset).with_log_start_offset(outcome.log_start_offset),
-        Err(e) => base
-            .with_error_code(error::code(&e))
-            .with_base_offset(-1)
-            .with_log_start_offset(-1)
-            .with_error_message(error::message(&e).map(|m| text(&m))),
+        Err(e) => {
+            let log_start = match e {
+                CoreError::OutOfOrderSequenceNumber
+                | CoreError::UnknownProducerId
+                | CoreError::InvalidProducerEpoch
+                | CoreError::ProducerFenced => log_start,
+                _ => -1,
+            };
+            base.with_error_code(error::code(&e))
+                .with_base_offset(-1)
+                .with_log_start_offset(log_start)
+                .with_error_message(error::message(&e).map(|m| text(&m)))
+        }
     }
 }
 

@@ -1,0 +1,520 @@
+//! Differential conformance: the same request sequences sent to Apache Kafka 4.4 (one KRaft
+//! node from `ci/apache/kafka.sh`) and to kaas, their responses compared field by field, with
+//! what is not meant to match masked (ids, timestamps, hosts and ports, error messages).
+//! The error paths above all: fencing, stale epochs, bad sequences, unknown topics and
+//! partitions, out-of-range offsets, bad versions, bad arguments.
+//!
+//! A difference fails the test unless `DELIBERATE` lists it with its reason (the README's list
+//! of deliberate differences says the same).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use common::Kaas;
+use common::wire::Wire;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+/// Cases where kaas answers differently on purpose, and why.
+const DELIBERATE: &[(&str, &str)] = &[(
+    "idempotent-first-batch-at-sequence-5",
+    "a producer kaas never knew must start at sequence 0 (UNKNOWN_PRODUCER_ID); Apache 2.5+ \
+     accepts any, which lets a producer whose first batch failed leave a gap no retry fills",
+)];
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn name(v: &str) -> TopicName {
+    TopicName(s(v))
+}
+
+/// Field values that differ between any two brokers and mean nothing here.
+const MASKED: &[&str] = &[
+    "producer_id",
+    "topic_id",
+    "timestamp",
+    "log_append_time_ms",
+    "throttle_time_ms",
+    "error_message",
+    "member_id",
+    "node_id",
+    "host",
+    "port",
+    "leader_id",
+    "leader_epoch",
+    "current_leader",
+    "node_endpoints",
+    "session_id",
+    "configs",
+    "topic_config_error_code",
+    "leader",
+    "unknown_tagged_fields",
+];
+
+/// `{:?}` of a response with the value of every `MASKED` field replaced by `_`.
+fn masked(debug: &str) -> String {
+    let mut out = String::new();
+    let mut rest = debug;
+    'scan: while !rest.is_empty() {
+        for field in MASKED {
+            let key = format!("{field}: ");
+            let at_boundary = out.ends_with(' ') || out.ends_with('{') || out.is_empty();
+            if at_boundary && rest.starts_with(&key) {
+                out.push_str(&key);
+                out.push('_');
+                rest = skip_value(&rest[key.len()..]);
+                continue 'scan;
+            }
+        }
+        let c = rest.chars().next().expect("not empty");
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// What follows one value of a Debug rendering: up to the `,` or closing bracket that ends it.
+fn skip_value(v: &str) -> &str {
+    let mut depth = 0i32;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, c) in v.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | '[' | '(' => depth += 1,
+            '}' | ']' | ')' if depth == 0 => return &v[i..],
+            '}' | ']' | ')' => depth -= 1,
+            ',' if depth == 0 => return &v[i..],
+            _ => {}
+        }
+    }
+    ""
+}
+
+/// One Apache Kafka node, stopped when dropped.
+struct Apache {
+    child: Child,
+    port: u16,
+    _dir: std::path::PathBuf,
+}
+
+impl Apache {
+    fn start() -> Apache {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dir = std::env::temp_dir().join(format!("kaas-conformance-apache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // kafka.sh takes the port and the next one (its controller).
+        let port = loop {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+                break port;
+            }
+        };
+        let child = Command::new(root.join("ci/apache/kafka.sh"))
+            .arg(port.to_string())
+            .arg(dir.join("node"))
+            .arg("auto.create.topics.enable=false")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()
+            .expect("ci/apache/kafka.sh");
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "Apache Kafka did not start");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Apache { child, port, _dir: dir }
+    }
+}
+
+impl Drop for Apache {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("--").arg(format!("-{}", self.child.id())).status();
+        let _ = self.child.wait();
+    }
+}
+
+use std::os::unix::process::CommandExt;
+
+/// A client session against one broker: its connection and what a case remembers.
+struct Session {
+    wire: Wire,
+    bootstrap: String,
+}
+
+impl Session {
+    fn call<Req: kafka_protocol::protocol::Encodable, Resp: kafka_protocol::protocol::Decodable + std::fmt::Debug>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> (String, Resp) {
+        let response: Resp = self.wire.call(key, version, request);
+        (format!("{key:?} v{version}: {}", masked(&format!("{response:?}"))), response)
+    }
+
+    /// Metadata until the topic's partitions all have a leader (Apache elects asynchronously).
+    fn await_leaders(&mut self, topic: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let request = MetadataRequest::default().with_topics(Some(vec![
+                kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(name(topic))),
+            ]));
+            let response: MetadataResponse = self.wire.call(ApiKey::Metadata, 12, &request);
+            let ready = response.topics.iter().all(|t| {
+                t.error_code == 0 && !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader_id.0 >= 0)
+            });
+            if ready {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{topic} has no leader on {}", self.bootstrap);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn create_topic(&mut self, topic: &str, partitions: i32) {
+        let request = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![
+            CreatableTopic::default().with_name(name(topic)).with_num_partitions(partitions).with_replication_factor(1),
+        ]);
+        let response: CreateTopicsResponse = self.wire.call(ApiKey::CreateTopics, 7, &request);
+        assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+        self.await_leaders(topic);
+    }
+
+    /// FindCoordinator until it names a broker (Apache loads its internal topics on demand).
+    fn await_coordinator(&mut self, key: &str, key_type: i8) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let request = FindCoordinatorRequest::default().with_key_type(key_type).with_coordinator_keys(vec![s(key)]);
+            let response: FindCoordinatorResponse = self.wire.call(ApiKey::FindCoordinator, 4, &request);
+            if response.coordinators.iter().all(|c| c.error_code == 0) && self.coordinator_loaded(key, key_type) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no coordinator for {key}: {response:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Whether the coordinator serves `key` yet: Apache's answers NOT_COORDINATOR or
+    /// COORDINATOR_LOAD_IN_PROGRESS until it has loaded the internal topic's partition.
+    fn coordinator_loaded(&mut self, key: &str, key_type: i8) -> bool {
+        const LOADING: [i16; 2] = [14, 16];
+        if key_type == 0 {
+            let request = OffsetFetchRequest::default().with_group_id(GroupId(s(key))).with_topics(None);
+            let response: OffsetFetchResponse = self.wire.call(ApiKey::OffsetFetch, 7, &request);
+            !LOADING.contains(&response.error_code)
+        } else {
+            let request = DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s(key))]);
+            let response: DescribeTransactionsResponse = self.wire.call(ApiKey::DescribeTransactions, 0, &request);
+            response.transaction_states.iter().all(|t| !LOADING.contains(&t.error_code))
+        }
+    }
+
+    fn init_producer_id(&mut self, transactional_id: Option<&str>) -> (i64, i16) {
+        if let Some(id) = transactional_id {
+            self.await_coordinator(id, 1);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let request = InitProducerIdRequest::default()
+                .with_transactional_id(transactional_id.map(|t| TransactionalId(s(t))))
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+            let response: InitProducerIdResponse = self.wire.call(ApiKey::InitProducerId, 4, &request);
+            if response.error_code == 0 {
+                return (response.producer_id.0, response.producer_epoch);
+            }
+            // COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS while a coordinator loads.
+            assert!(Instant::now() < deadline, "InitProducerId: {response:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// A batch of `count` records from a producer, as a client encodes it.
+fn batch(producer: (i64, i16), base_sequence: i32, count: i32, transactional: bool) -> Bytes {
+    let records: Vec<Record> = (0..count)
+        .map(|i| Record {
+            transactional,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: producer.0,
+            producer_epoch: producer.1,
+            timestamp_type: TimestampType::Creation,
+            offset: i64::from(i),
+            sequence: if producer.0 < 0 { i - 1 } else { base_sequence + i },
+            timestamp: 1_767_225_600_000 + i64::from(i),
+            key: None,
+            value: Some(Bytes::from(format!("value-{i}"))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).expect("encodes");
+    buf.freeze()
+}
+
+fn produce(topic: &str, partition: i32, records: Bytes, transactional_id: Option<&str>) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_transactional_id(transactional_id.map(|t| TransactionalId(s(t))))
+        .with_topic_data(vec![TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+            PartitionProduceData::default().with_index(partition).with_records(Some(records)),
+        ])])
+}
+
+/// A case: a sequence of requests on a fresh session, each answer rendered with masks.
+type Case = fn(&mut Session) -> Vec<String>;
+
+fn produce_errors(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-produce", 2);
+    let plain = batch((-1, -1), -1, 3, false);
+    let (a, _) = c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &produce("conf-produce", 0, plain.clone(), None));
+    let (b, _) = c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &produce("conf-produce", 7, plain.clone(), None));
+    let (d, _) = c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &produce("conf-nowhere", 0, plain.clone(), None));
+    let acks_two = produce("conf-produce", 1, plain, None).with_acks(2);
+    let (e, _) = c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &acks_two);
+    vec![a, b, d, e]
+}
+
+fn idempotent_sequences(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-idem", 1);
+    let producer = c.init_producer_id(None);
+    let mut out = Vec::new();
+    for (sequence, count) in [(0, 2), (0, 2), (2, 1), (5, 1), (3, 1)] {
+        let request = produce("conf-idem", 0, batch(producer, sequence, count, false), None);
+        out.push(c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &request).0);
+    }
+    // A stale epoch: the same producer id at an epoch below the one it has.
+    let stale = (producer.0, producer.1.wrapping_sub(1).max(0));
+    if stale.1 < producer.1 {
+        out.push(
+            c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &produce("conf-idem", 0, batch(stale, 4, 1, false), None))
+                .0,
+        );
+    }
+    out
+}
+
+fn idempotent_first_batch_at_sequence_5(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-idem-gap", 1);
+    let producer = c.init_producer_id(None);
+    let request = produce("conf-idem-gap", 0, batch(producer, 5, 1, false), None);
+    vec![c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &request).0]
+}
+
+fn transactions_and_fencing(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-txn", 1);
+    let first = c.init_producer_id(Some("conf-tx"));
+    let mut out = Vec::new();
+    let add = |producer: (i64, i16), topic: &str, partition: i32| {
+        AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(s("conf-tx")))
+            .with_v3_and_below_producer_id(ProducerId(producer.0))
+            .with_v3_and_below_producer_epoch(producer.1)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default().with_name(name(topic)).with_partitions(vec![partition]),
+            ])
+    };
+    out.push(c.call::<_, AddPartitionsToTxnResponse>(ApiKey::AddPartitionsToTxn, 3, &add(first, "conf-nowhere", 0)).0);
+    out.push(c.call::<_, AddPartitionsToTxnResponse>(ApiKey::AddPartitionsToTxn, 3, &add(first, "conf-txn", 0)).0);
+    let request = produce("conf-txn", 0, batch(first, 0, 2, true), Some("conf-tx"));
+    out.push(c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &request).0);
+    // A second InitProducerId fences the first and aborts its transaction.
+    let second = c.init_producer_id(Some("conf-tx"));
+    let end = |producer: (i64, i16), committed: bool| {
+        EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("conf-tx")))
+            .with_producer_id(ProducerId(producer.0))
+            .with_producer_epoch(producer.1)
+            .with_committed(committed)
+    };
+    out.push(c.call::<_, EndTxnResponse>(ApiKey::EndTxn, 3, &end(first, true)).0);
+    let request = produce("conf-txn", 0, batch(first, 2, 1, true), Some("conf-tx"));
+    out.push(c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &request).0);
+    out.push(c.call::<_, AddPartitionsToTxnResponse>(ApiKey::AddPartitionsToTxn, 3, &add(first, "conf-txn", 0)).0);
+    // The new epoch: nothing open, so EndTxn has nothing to end.
+    out.push(c.call::<_, EndTxnResponse>(ApiKey::EndTxn, 3, &end(second, true)).0);
+    // A timeout beyond transaction.max.timeout.ms.
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(s("conf-tx"))))
+        .with_transaction_timeout_ms(i32::MAX)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    out.push(c.call::<_, InitProducerIdResponse>(ApiKey::InitProducerId, 4, &request).0);
+    out
+}
+
+fn offsets_and_fetch(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-read", 1);
+    let plain = batch((-1, -1), -1, 3, false);
+    c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &produce("conf-read", 0, plain, None));
+    let mut out = Vec::new();
+    let list = |timestamp: i64, partition: i32, topic: &str| {
+        ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            ListOffsetsTopic::default().with_name(name(topic)).with_partitions(vec![
+                ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(timestamp),
+            ]),
+        ])
+    };
+    for (timestamp, partition, topic) in
+        [(-1, 0, "conf-read"), (-2, 0, "conf-read"), (-1, 3, "conf-read"), (-1, 0, "conf-nowhere")]
+    {
+        out.push(c.call::<_, ListOffsetsResponse>(ApiKey::ListOffsets, 7, &list(timestamp, partition, topic)).0);
+    }
+    let fetch = |offset: i64| {
+        FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default().with_topic(name("conf-read")).with_partitions(vec![
+                FetchPartition::default().with_partition(0).with_fetch_offset(offset).with_partition_max_bytes(1 << 20),
+            ])])
+    };
+    for offset in [3, 99, -5] {
+        let (rendered, _) = c.call::<_, FetchResponse>(ApiKey::Fetch, 12, &fetch(offset));
+        out.push(rendered);
+    }
+    out
+}
+
+fn groups_and_commits(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-group", 1);
+    c.await_coordinator("conf-g", 0);
+    let mut out = Vec::new();
+    let commit = |topic: &str, partition: i32, generation: i32| {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(s("conf-g")))
+            .with_generation_id_or_member_epoch(generation)
+            .with_topics(vec![OffsetCommitRequestTopic::default().with_name(name(topic)).with_partitions(vec![
+                OffsetCommitRequestPartition::default().with_partition_index(partition).with_committed_offset(1),
+            ])])
+    };
+    for (topic, partition, generation) in
+        [("conf-group", 0, -1), ("conf-group", 4, -1), ("conf-nowhere", 0, -1), ("conf-group", 0, 7)]
+    {
+        out.push(c.call::<_, OffsetCommitResponse>(ApiKey::OffsetCommit, 8, &commit(topic, partition, generation)).0);
+    }
+    let fetch = OffsetFetchRequest::default().with_group_id(GroupId(s("conf-g"))).with_topics(Some(vec![
+        OffsetFetchRequestTopic::default().with_name(name("conf-group")).with_partition_indexes(vec![0]),
+    ]));
+    out.push(c.call::<_, OffsetFetchResponse>(ApiKey::OffsetFetch, 7, &fetch).0);
+    let unknown =
+        OffsetFetchRequest::default().with_group_id(GroupId(s("conf-no-such-group"))).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default().with_name(name("conf-group")).with_partition_indexes(vec![0]),
+        ]));
+    out.push(c.call::<_, OffsetFetchResponse>(ApiKey::OffsetFetch, 7, &unknown).0);
+    let join = |session_timeout_ms: i32| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(s("conf-join")))
+            .with_session_timeout_ms(session_timeout_ms)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default().with_name(s("range")).with_metadata(Bytes::new())])
+    };
+    c.await_coordinator("conf-join", 0);
+    out.push(c.call::<_, JoinGroupResponse>(ApiKey::JoinGroup, 5, &join(1)).0);
+    // v4+: a first join without a member id is told its member id (MEMBER_ID_REQUIRED).
+    out.push(c.call::<_, JoinGroupResponse>(ApiKey::JoinGroup, 5, &join(10_000)).0);
+    let describe = DescribeGroupsRequest::default().with_groups(vec![GroupId(s("conf-no-such-group"))]);
+    out.push(c.call::<_, DescribeGroupsResponse>(ApiKey::DescribeGroups, 5, &describe).0);
+    let heartbeat = HeartbeatRequest::default()
+        .with_group_id(GroupId(s("conf-no-such-group")))
+        .with_generation_id(1)
+        .with_member_id(s("m"));
+    out.push(c.call::<_, HeartbeatResponse>(ApiKey::Heartbeat, 4, &heartbeat).0);
+    out
+}
+
+fn admin_errors(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-admin", 1);
+    let mut out = Vec::new();
+    let create = |topic: &str, partitions: i32| {
+        CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![
+            CreatableTopic::default().with_name(name(topic)).with_num_partitions(partitions).with_replication_factor(1),
+        ])
+    };
+    for (topic, partitions) in [("conf-admin", 1), ("bad/name", 1), ("conf-zero", 0), ("..", 1)] {
+        out.push(c.call::<_, CreateTopicsResponse>(ApiKey::CreateTopics, 7, &create(topic, partitions)).0);
+    }
+    let delete = DeleteTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![DeleteTopicState::default().with_name(Some(name("conf-nowhere")))]);
+    out.push(c.call::<_, DeleteTopicsResponse>(ApiKey::DeleteTopics, 6, &delete).0);
+    out
+}
+
+const CASES: &[(&str, Case)] = &[
+    ("produce-errors", produce_errors),
+    ("idempotent-sequences", idempotent_sequences),
+    ("idempotent-first-batch-at-sequence-5", idempotent_first_batch_at_sequence_5),
+    ("transactions-and-fencing", transactions_and_fencing),
+    ("offsets-and-fetch", offsets_and_fetch),
+    ("groups-and-commits", groups_and_commits),
+    ("admin-errors", admin_errors),
+];
+
+#[test]
+fn kaas_answers_as_apache_kafka_does() {
+    let apache = Apache::start();
+    let kaas = Kaas::start("conformance", &["auto.create.topics.enable=false", "group.initial.rebalance.delay.ms=0"]);
+    let mut failures = Vec::new();
+    for (case, run) in CASES {
+        let answers = [format!("127.0.0.1:{}", apache.port), kaas.bootstrap()].map(|bootstrap| {
+            let mut session = Session { wire: Wire::connect(&bootstrap), bootstrap };
+            run(&mut session)
+        });
+        let [theirs, ours] = &answers;
+        let differing: Vec<String> = theirs
+            .iter()
+            .zip(ours)
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| format!("  apache: {a}\n  kaas:   {b}"))
+            .collect();
+        let deliberate = DELIBERATE.iter().find(|(c, _)| c == case);
+        match (differing.is_empty() && theirs.len() == ours.len(), deliberate) {
+            (true, None) => eprintln!("{case}: the same"),
+            (true, Some(_)) => failures.push(format!("{case}: listed as deliberate but the same now")),
+            (false, Some((_, why))) => eprintln!("{case}: differs, deliberately: {why}\n{}", differing.join("\n")),
+            (false, None) => failures.push(format!("{case}: differs\n{}", differing.join("\n"))),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn masking_hides_only_the_named_fields() {
+    let rendered = r#"R { producer_id: ProducerId(7), error_code: 3, topic_id: 0a-1b, name: "x, y", leader: Some(L { a: 1 }), n: 2 }"#;
+    assert_eq!(masked(rendered), r#"R { producer_id: _, error_code: 3, topic_id: _, name: "x, y", leader: _, n: 2 }"#);
+}
