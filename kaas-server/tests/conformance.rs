@@ -207,6 +207,21 @@ impl Session {
         self.await_leaders(topic);
     }
 
+    /// A produce a case builds on, retried until the partition takes it (Apache's leader can
+    /// refuse a moment after Metadata names it).
+    fn setup_produce(&mut self, topic: &str, partition: i32, records: Bytes) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let response: ProduceResponse =
+                self.wire.call(ApiKey::Produce, 9, &produce(topic, partition, records.clone(), None));
+            if response.responses[0].partition_responses[0].error_code == 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "setup produce to {topic}: {response:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// FindCoordinator until it names a broker (Apache loads its internal topics on demand).
     fn await_coordinator(&mut self, key: &str, key_type: i8) {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -377,8 +392,7 @@ fn transactions_and_fencing(c: &mut Session) -> Vec<String> {
 
 fn offsets_and_fetch(c: &mut Session) -> Vec<String> {
     c.create_topic("conf-read", 1);
-    let plain = batch((-1, -1), -1, 3, false);
-    c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &produce("conf-read", 0, plain, None));
+    c.setup_produce("conf-read", 0, batch((-1, -1), -1, 3, false));
     let mut out = Vec::new();
     let list = |timestamp: i64, partition: i32, topic: &str| {
         ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
@@ -475,6 +489,89 @@ fn admin_errors(c: &mut Session) -> Vec<String> {
     out
 }
 
+fn more_admin_errors(c: &mut Session) -> Vec<String> {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    c.create_topic("conf-more", 2);
+    c.setup_produce("conf-more", 0, batch((-1, -1), -1, 3, false));
+    let mut out = Vec::new();
+    let delete = |topic: &str, partition: i32, offset: i64| {
+        DeleteRecordsRequest::default().with_timeout_ms(30_000).with_topics(vec![
+            DeleteRecordsTopic::default().with_name(name(topic)).with_partitions(vec![
+                DeleteRecordsPartition::default().with_partition_index(partition).with_offset(offset),
+            ]),
+        ])
+    };
+    for (topic, partition, offset) in
+        [("conf-more", 0, 2), ("conf-more", 0, 99), ("conf-more", 9, 1), ("conf-nowhere", 0, 1)]
+    {
+        out.push(c.call::<_, DeleteRecordsResponse>(ApiKey::DeleteRecords, 2, &delete(topic, partition, offset)).0);
+    }
+    for count in [1, 2] {
+        let request = CreatePartitionsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(vec![CreatePartitionsTopic::default().with_name(name("conf-more")).with_count(count)]);
+        out.push(c.call::<_, CreatePartitionsResponse>(ApiKey::CreatePartitions, 3, &request).0);
+    }
+    let request = DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(s("conf-nowhere"))
+            .with_configuration_keys(Some(vec![s("retention.ms")])),
+    ]);
+    out.push(c.call::<_, DescribeConfigsResponse>(ApiKey::DescribeConfigs, 4, &request).0);
+    out
+}
+
+fn transaction_state_errors(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-txn2", 1);
+    let producer = c.init_producer_id(Some("conf-tx2"));
+    let mut out = Vec::new();
+    // Offsets staged for a group the transaction never added.
+    let request = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s("conf-tx2")))
+        .with_group_id(GroupId(s("conf-tx2-g")))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_topics(vec![
+            kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(name("conf-txn2"))
+                .with_partitions(vec![
+                    kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(1),
+                ]),
+        ]);
+    c.await_coordinator("conf-tx2-g", 0);
+    out.push(c.call::<_, TxnOffsetCommitResponse>(ApiKey::TxnOffsetCommit, 3, &request).0);
+    let add_offsets = |epoch: i16| {
+        AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("conf-tx2")))
+            .with_producer_id(ProducerId(producer.0))
+            .with_producer_epoch(epoch)
+            .with_group_id(GroupId(s("conf-tx2-g")))
+    };
+    out.push(c.call::<_, AddOffsetsToTxnResponse>(ApiKey::AddOffsetsToTxn, 3, &add_offsets(producer.1 + 1)).0);
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(s("conf-tx2")))
+        .with_producer_id(ProducerId(producer.0 + 1))
+        .with_producer_epoch(producer.1)
+        .with_committed(false);
+    out.push(c.call::<_, EndTxnResponse>(ApiKey::EndTxn, 3, &end).0);
+    let unknown = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(s("conf-never-initialised")))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(0)
+        .with_committed(true);
+    c.await_coordinator("conf-never-initialised", 1);
+    out.push(c.call::<_, EndTxnResponse>(ApiKey::EndTxn, 3, &unknown).0);
+    let describe = DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![TransactionalId(s("conf-never-initialised"))]);
+    out.push(c.call::<_, DescribeTransactionsResponse>(ApiKey::DescribeTransactions, 0, &describe).0);
+    out
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -483,6 +580,8 @@ const CASES: &[(&str, Case)] = &[
     ("offsets-and-fetch", offsets_and_fetch),
     ("groups-and-commits", groups_and_commits),
     ("admin-errors", admin_errors),
+    ("more-admin-errors", more_admin_errors),
+    ("transaction-state-errors", transaction_state_errors),
 ];
 
 #[test]

@@ -369,20 +369,17 @@ pub async fn describe_transactions<E: Env>(
 }
 
 fn describe_one(id: &str, entry: CoreResult<Option<TxnEntry>>) -> describe_transactions_response::TransactionState {
-    let state = describe_transactions_response::TransactionState::default()
-        .with_transactional_id(TransactionalId(text(id)))
-        .with_producer_id(ProducerId(-1))
-        .with_producer_epoch(-1)
-        .with_transaction_start_time_ms(-1);
+    // An error leaves every other field at its default, as Apache answers it.
+    let state =
+        describe_transactions_response::TransactionState::default().with_transactional_id(TransactionalId(text(id)));
     let entry = match entry {
         Ok(entry) => entry,
         Err(e) => return state.with_error_code(error::code(&e)),
     };
     let Some(entry) = entry else {
-        return state
-            .with_error_code(error::code(&CoreError::TransactionalIdNotFound))
-            .with_transaction_state(text("Dead"));
+        return state.with_error_code(error::code(&CoreError::TransactionalIdNotFound));
     };
+    let state = state.with_producer_id(ProducerId(-1)).with_producer_epoch(-1).with_transaction_start_time_ms(-1);
     let mut topics: Vec<describe_transactions_response::TopicData> = Vec::new();
     for (name, p) in &entry.partitions {
         match topics.iter_mut().find(|t| t.topic.0.as_str() == name) {
