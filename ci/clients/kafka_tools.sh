@@ -2,7 +2,7 @@
 # Kafka's own command-line tools (kafka-tools 4.x, run with java -cp, as bin/kafka-*.sh do)
 # against kaas: kafka-topics, kafka-configs, kafka-producer-perf-test,
 # kafka-consumer-perf-test, kafka-get-offsets, kafka-consumer-groups (describe, reset offsets,
-# delete), kafka-verifiable-producer and -consumer, kafka-transactions (list, describe,
+# delete offsets, delete), kafka-verifiable-producer and -consumer, kafka-transactions (list, describe,
 # describe-producers, find-hanging, abort) on a transaction its producer left open by dying,
 # and kafka-log-dirs, kafka-leader-election, kafka-reassign-partitions --list and kafka-acls.
 set -euo pipefail
@@ -71,6 +71,10 @@ expect "$group[[:space:]]+$topic[[:space:]]+[0-3][[:space:]]+0" "kafka-consumer-
 tool consumer.group.ConsumerGroupCommand --bootstrap-server "$bootstrap" --describe --group "$group" --offsets
 [ "$(awk -v g="$group" '$1 == g {s += $4} END {print s + 0}' "$out")" -eq 0 ] \
   || { cat "$out"; echo "FAILED: offsets not reset to 0"; exit 1; }
+tool consumer.group.ConsumerGroupCommand --bootstrap-server "$bootstrap" --delete-offsets --group "$group" --topic "$topic"
+expect "$topic[[:space:]]+0[[:space:]]+Successful" "kafka-consumer-groups --delete-offsets"
+tool consumer.group.ConsumerGroupCommand --bootstrap-server "$bootstrap" --describe --group "$group" --offsets
+if grep -Eq "^$group[[:space:]]+$topic[[:space:]]" "$out"; then cat "$out"; echo "FAILED: offsets left after --delete-offsets"; exit 1; fi
 tool consumer.group.ConsumerGroupCommand --bootstrap-server "$bootstrap" --delete --group "$group"
 expect "successful" "kafka-consumer-groups --delete"
 

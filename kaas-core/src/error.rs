@@ -50,6 +50,8 @@ pub enum CoreError {
     GroupMaxSizeReached,
     GroupIdNotFound,
     NonEmptyGroup,
+    /// OffsetDelete of a topic a member of the group subscribes to.
+    GroupSubscribedToTopic,
     /// The request is well-formed but not valid here.
     InvalidRequest(String),
     // Transactions.

@@ -37,6 +37,7 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::GroupMaxSizeReached => K::GroupMaxSizeReached,
         CoreError::GroupIdNotFound => K::GroupIdNotFound,
         CoreError::NonEmptyGroup => K::NonEmptyGroup,
+        CoreError::GroupSubscribedToTopic => K::GroupSubscribedToTopic,
         CoreError::InvalidRequest(_) => K::InvalidRequest,
         CoreError::InvalidProducerIdMapping => K::InvalidProducerIdMapping,
         CoreError::ProducerFenced if kaas_core::mutant!(FencedAnsweredRetriable) => K::ConcurrentTransactions,

@@ -216,3 +216,45 @@ fn describe_topic_partitions_pages_by_cursor() {
     const INVALID_REQUEST: i16 = 42;
     assert_eq!(describe(&["a"], Some(("b", 0))), (page(&[("a", INVALID_REQUEST, &[])]), None));
 }
+
+/// OffsetDelete (kaas did not serve it): the offsets it removes stay removed through a crash of
+/// the broker (SIGKILL right after the answer), and the others stay.
+#[test]
+fn offset_delete_is_durable_before_it_is_answered() {
+    use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
+    let mut kaas = Kaas::start("offset-delete", &[]);
+    let mut wire = Wire::connect(&kaas.bootstrap());
+    create_topic(&mut wire, "odel", 2);
+    let partition = |p: i32| OffsetCommitRequestPartition::default().with_partition_index(p).with_committed_offset(9);
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(name("odel"))
+                .with_partitions(vec![partition(0), partition(1)]),
+        ]);
+    let _: OffsetCommitResponse = wire.call(ApiKey::OffsetCommit, 8, &commit);
+    let delete =
+        OffsetDeleteRequest::default().with_group_id(GroupId(StrBytes::from_static_str("g"))).with_topics(vec![
+            OffsetDeleteRequestTopic::default()
+                .with_name(name("odel"))
+                .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(1)]),
+        ]);
+    let response: OffsetDeleteResponse = wire.call(ApiKey::OffsetDelete, 0, &delete);
+    assert_eq!((response.error_code, response.topics[0].partitions[0].error_code), (0, 0));
+    kaas.kill9();
+    kaas.restart();
+    let mut wire = Wire::connect(&kaas.bootstrap());
+    let fetch =
+        OffsetFetchRequest::default().with_group_id(GroupId(StrBytes::from_static_str("g"))).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default().with_name(name("odel")).with_partition_indexes(vec![0, 1]),
+        ]));
+    let response: OffsetFetchResponse = wire.call(ApiKey::OffsetFetch, 7, &fetch);
+    let offsets: Vec<i64> = response.topics[0].partitions.iter().map(|p| p.committed_offset).collect();
+    assert_eq!(offsets, [9, -1], "partition 1's offset deleted, partition 0's kept");
+    // A group that does not exist is told so.
+    let missing = delete.with_group_id(GroupId(StrBytes::from_static_str("nobody")));
+    let response: OffsetDeleteResponse = wire.call(ApiKey::OffsetDelete, 0, &missing);
+    assert_eq!(response.error_code, 69, "GROUP_ID_NOT_FOUND");
+}

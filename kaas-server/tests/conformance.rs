@@ -190,7 +190,9 @@ impl Session {
             let ready = response.topics.iter().all(|t| {
                 t.error_code == 0 && !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader_id.0 >= 0)
             });
-            if ready {
+            // Apache's leader may still refuse a moment after Metadata names it.
+            let partitions = response.topics.first().map_or(0, |t| t.partitions.len() as i32);
+            if ready && (0..partitions).all(|p| self.partition_serves(topic, p)) {
                 return;
             }
             assert!(Instant::now() < deadline, "{topic} has no leader on {}", self.bootstrap);
@@ -205,6 +207,17 @@ impl Session {
         let response: CreateTopicsResponse = self.wire.call(ApiKey::CreateTopics, 7, &request);
         assert_eq!(response.topics[0].error_code, 0, "{response:?}");
         self.await_leaders(topic);
+    }
+
+    /// Whether the partition's leader answers ListOffsets without an error.
+    fn partition_serves(&mut self, topic: &str, partition: i32) -> bool {
+        let request = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            ListOffsetsTopic::default().with_name(name(topic)).with_partitions(vec![
+                ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(-1),
+            ]),
+        ]);
+        let response: ListOffsetsResponse = self.wire.call(ApiKey::ListOffsets, 7, &request);
+        response.topics.iter().all(|t| t.partitions.iter().all(|p| p.error_code == 0))
     }
 
     /// A produce a case builds on, retried until the partition takes it (Apache's leader can
@@ -572,6 +585,39 @@ fn transaction_state_errors(c: &mut Session) -> Vec<String> {
     out
 }
 
+fn offset_delete(c: &mut Session) -> Vec<String> {
+    use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
+    c.create_topic("conf-odel", 2);
+    c.await_coordinator("conf-odel-g", 0);
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s("conf-odel-g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default().with_name(name("conf-odel")).with_partitions(vec![
+            OffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(5),
+            OffsetCommitRequestPartition::default().with_partition_index(1).with_committed_offset(6),
+        ])]);
+    let mut out = vec![c.call::<_, OffsetCommitResponse>(ApiKey::OffsetCommit, 8, &commit).0];
+    let delete = |group: &str| {
+        OffsetDeleteRequest::default().with_group_id(GroupId(s(group))).with_topics(vec![
+            OffsetDeleteRequestTopic::default().with_name(name("conf-odel")).with_partitions(vec![
+                OffsetDeleteRequestPartition::default().with_partition_index(0),
+                OffsetDeleteRequestPartition::default().with_partition_index(9),
+            ]),
+            OffsetDeleteRequestTopic::default()
+                .with_name(name("conf-nowhere"))
+                .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+        ])
+    };
+    out.push(c.call::<_, OffsetDeleteResponse>(ApiKey::OffsetDelete, 0, &delete("conf-odel-g")).0);
+    c.await_coordinator("conf-odel-none", 0);
+    out.push(c.call::<_, OffsetDeleteResponse>(ApiKey::OffsetDelete, 0, &delete("conf-odel-none")).0);
+    let fetch = OffsetFetchRequest::default().with_group_id(GroupId(s("conf-odel-g"))).with_topics(Some(vec![
+        OffsetFetchRequestTopic::default().with_name(name("conf-odel")).with_partition_indexes(vec![0, 1]),
+    ]));
+    out.push(c.call::<_, OffsetFetchResponse>(ApiKey::OffsetFetch, 7, &fetch).0);
+    out
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -582,6 +628,7 @@ const CASES: &[(&str, Case)] = &[
     ("admin-errors", admin_errors),
     ("more-admin-errors", more_admin_errors),
     ("transaction-state-errors", transaction_state_errors),
+    ("offset-delete", offset_delete),
 ];
 
 #[test]

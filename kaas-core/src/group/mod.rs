@@ -17,7 +17,7 @@
 pub mod offsets;
 pub mod state;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -123,6 +123,12 @@ enum Command {
     Describe(Vec<String>, oneshot::Sender<Vec<GroupDescription>>),
     List(oneshot::Sender<Vec<GroupListing>>),
     Delete(Vec<String>, oneshot::Sender<Vec<(String, CoreResult<()>)>>),
+    /// OffsetDelete: each partition's result, or the group's error.
+    DeleteOffsets {
+        group_id: String,
+        partitions: Vec<TopicPartition>,
+        reply: oneshot::Sender<CoreResult<PartitionResults>>,
+    },
 }
 
 impl Command {
@@ -134,7 +140,8 @@ impl Command {
             | Command::Heartbeat { group_id, .. }
             | Command::Leave { group_id, .. }
             | Command::CompleteTxn { group_id, .. }
-            | Command::Fetch { group_id, .. } => Some(group_id.clone()),
+            | Command::Fetch { group_id, .. }
+            | Command::DeleteOffsets { group_id, .. } => Some(group_id.clone()),
             Command::Commit(request, _) | Command::TxnCommit { request, .. } => Some(request.group_id.clone()),
             Command::TxnGuard(_) | Command::Describe(..) | Command::List(_) | Command::Delete(..) => None,
         }
@@ -150,10 +157,14 @@ impl Command {
             Command::Commit(_, reply) => drop(reply.send(Err(error))),
             Command::TxnCommit { reply, .. } | Command::CompleteTxn { reply, .. } => drop(reply.send(Err(error))),
             Command::Fetch { reply, .. } => drop(reply.send(Err(error))),
+            Command::DeleteOffsets { reply, .. } => drop(reply.send(Err(error))),
             Command::TxnGuard(_) | Command::Describe(..) | Command::List(_) | Command::Delete(..) => {}
         }
     }
 }
+
+/// Each partition of a request and what became of it.
+pub type PartitionResults = Vec<(TopicPartition, CoreResult<()>)>;
 
 #[derive(Clone)]
 pub struct GroupsHandle {
@@ -245,6 +256,18 @@ impl GroupsHandle {
 
     pub async fn list(&self) -> CoreResult<Vec<GroupListing>> {
         self.ask(Command::List).await.ok_or(CoreError::CoordinatorNotAvailable)
+    }
+
+    /// Removes committed offsets of a group (OffsetDelete), as Apache allows it: the group must
+    /// exist, and while it has members only a consumer group's offsets of topics none of its
+    /// members subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others; NON_EMPTY_GROUP for
+    /// any other protocol).
+    pub async fn delete_offsets(
+        &self,
+        group_id: String,
+        partitions: Vec<TopicPartition>,
+    ) -> CoreResult<PartitionResults> {
+        self.ask(|reply| Command::DeleteOffsets { group_id, partitions, reply }).await.unwrap_or_else(gone)
     }
 
     pub async fn delete(&self, group_ids: Vec<String>) -> CoreResult<Vec<(String, CoreResult<()>)>> {
@@ -638,6 +661,9 @@ impl<E: Env> GroupCoordinator<E> {
                     .collect();
                 let _ = reply.send(listing);
             }
+            Command::DeleteOffsets { group_id, partitions, reply } => {
+                let _ = reply.send(self.delete_offsets(&group_id, partitions).await);
+            }
             Command::Delete(group_ids, reply) => {
                 let mut results = Vec::new();
                 for id in group_ids {
@@ -720,6 +746,32 @@ impl<E: Env> GroupCoordinator<E> {
             protocol_name: if stable { protocol_name } else { String::new() },
             members,
         }
+    }
+
+    async fn delete_offsets(
+        &mut self,
+        group_id: &str,
+        partitions: Vec<TopicPartition>,
+    ) -> CoreResult<PartitionResults> {
+        let group = self.groups.get(group_id).ok_or(CoreError::GroupIdNotFound)?;
+        let subscribed = if group.is_empty() {
+            Some(BTreeSet::new())
+        } else if group.protocol_type.as_deref() == Some("consumer") {
+            group.subscribed_topics()
+        } else {
+            return Err(CoreError::NonEmptyGroup);
+        };
+        let refused = |(topic, _): &TopicPartition| subscribed.as_ref().is_none_or(|s| s.contains(topic));
+        let deleted: Vec<TopicPartition> = partitions.iter().filter(|tp| !refused(tp)).cloned().collect();
+        self.offsets.delete_offsets(group_id, &deleted).await?;
+        self.verify_lease(group_id).await?;
+        Ok(partitions
+            .into_iter()
+            .map(|tp| {
+                let result = if refused(&tp) { Err(CoreError::GroupSubscribedToTopic) } else { Ok(()) };
+                (tp, result)
+            })
+            .collect())
     }
 
     async fn delete(&mut self, group_id: &str) -> CoreResult<()> {

@@ -308,6 +308,20 @@ impl<V: Volume> OffsetStore<V> {
         }
     }
 
+    /// Removes the committed offsets of `partitions` (OffsetDelete), durably before it returns.
+    pub async fn delete_offsets(&mut self, group_id: &str, partitions: &[TopicPartition]) -> CoreResult<()> {
+        let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
+        let before = next.committed.len();
+        for tp in partitions {
+            next.committed.remove(tp);
+        }
+        if next.committed.len() != before {
+            self.persist(group_id, &next).await?;
+        }
+        self.groups.insert(group_id.to_string(), next);
+        Ok(())
+    }
+
     pub async fn delete_group(&mut self, group_id: &str) -> CoreResult<()> {
         let epoch = self.epochs.get(group_id).copied().unwrap_or(0);
         self.volume.remove_file(&join(GROUPS_DIR, &file_name(group_id, epoch))).await.map_err(storage)?;

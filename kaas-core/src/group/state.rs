@@ -779,6 +779,28 @@ impl Group {
         self.state == GroupState::Empty
     }
 
+    /// The topics the members of a consumer-protocol group subscribe to, read from their
+    /// metadata for the group's protocol; None if any member's cannot be read (then every
+    /// topic counts as subscribed, as Apache counts it).
+    pub fn subscribed_topics(&self) -> Option<std::collections::BTreeSet<String>> {
+        use kafka_protocol::messages::ConsumerProtocolSubscription;
+        use kafka_protocol::protocol::Decodable;
+        let protocol = self.protocol_name.as_deref()?;
+        let mut topics = std::collections::BTreeSet::new();
+        for member in self.members.values() {
+            let (_, metadata) = member.protocols.iter().find(|(name, _)| name == protocol)?;
+            let mut buf = metadata.clone();
+            if buf.len() < 2 {
+                return None;
+            }
+            let version = i16::from_be_bytes([buf[0], buf[1]]);
+            let _ = bytes::Buf::get_i16(&mut buf);
+            let subscription = ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3)).ok()?;
+            topics.extend(subscription.topics.iter().map(|t| t.to_string()));
+        }
+        Some(topics)
+    }
+
     pub fn touch(&mut self, member_id: &str, now: Instant) {
         if let Some(m) = self.members.get_mut(member_id) {
             m.last_heard = now;

@@ -1,5 +1,6 @@
 //! The classic group protocol: JoinGroup (v0-v9), SyncGroup (v0-v5), Heartbeat (v0-v4),
-//! LeaveGroup (v0-v5), DescribeGroups (v0-v5), ListGroups (v0-v5), DeleteGroups (v0-v2).
+//! LeaveGroup (v0-v5), DescribeGroups (v0-v5), ListGroups (v0-v5), DeleteGroups (v0-v2),
+//! OffsetDelete (v0).
 //! JoinGroup and SyncGroup park in the group coordinator until the rebalance moves on, so they
 //! answer later and do not hold up the connection's other requests.
 
@@ -258,4 +259,51 @@ pub async fn delete<E: Env>(
             .collect(),
     };
     DeleteGroupsResponse::default().with_results(results)
+}
+
+/// OffsetDelete (v0): partitions that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION
+/// here; the coordinator checks the group (it must exist; while it has members, only a
+/// consumer group's offsets of topics no member subscribes to go). A group-level error is the
+/// whole answer, as in Apache.
+pub async fn delete_offsets<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
+    use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+    let wanted: Vec<(String, i32)> = request
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), p.partition_index)))
+        .collect();
+    let unknown = super::unknown_partitions(ctx, wanted.clone()).await;
+    let known = wanted.into_iter().filter(|tp| !unknown.contains(tp)).collect();
+    let results = match ctx.broker.groups.delete_offsets(request.group_id.0.to_string(), known).await {
+        Ok(results) => results,
+        Err(e) => return OffsetDeleteResponse::default().with_error_code(error::code(&e)),
+    };
+    let topics = request
+        .topics
+        .iter()
+        .map(|t| {
+            let mut partitions: Vec<OffsetDeleteResponsePartition> = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let tp = (t.name.0.to_string(), p.partition_index);
+                    let code = match results.iter().find(|(r, _)| *r == tp) {
+                        Some((_, result)) => error::code_of(result),
+                        None => ResponseError::UnknownTopicOrPartition.code(),
+                    };
+                    OffsetDeleteResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
+                .collect();
+            // Apache lists the partitions it refused itself before the coordinator's answers.
+            partitions.sort_by_key(|p| p.error_code != ResponseError::UnknownTopicOrPartition.code());
+            OffsetDeleteResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
+        })
+        .collect();
+    OffsetDeleteResponse::default().with_topics(topics)
 }

@@ -115,7 +115,6 @@ const NOTES: &[(i16, &str)] = &[
     (43, "the owner is the only replica: ELECTION_NOT_NEEDED"),
     (45, "not yet: on a shared volume a reassignment would move ownership"),
     (46, "no reassignment is ever in progress"),
-    (47, "not yet"),
     (55, "not served: kaas has no metadata quorum (metadata is files on the shared volume, brokers hold leases)"),
     (60, "no broker is fenced: one whose lease ran out is gone"),
     (66, "v2 (transactional id pattern) not yet"),
