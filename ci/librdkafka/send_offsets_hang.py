@@ -6,7 +6,9 @@ handle of the group coordinator's broker, and send_offsets_to_transaction hangs 
 timeout (librdkafka issue 5511, fixed by pull request 5512, not released). Apache Kafka
 triggers it the same way; `metadata.recovery.strategy=none` avoids it.
 
-    python send_offsets_hang.py apache|kaas [--workaround]
+    python3 -m venv /tmp/ck && /tmp/ck/bin/pip install confluent-kafka==2.16.1
+    cargo build --release -p kaas-server
+    /tmp/ck/bin/python ci/librdkafka/send_offsets_hang.py apache|kaas [--workaround]
 
 Prints one line, `hang` or `copied`, and exits 0 when the outcome is the expected one: a hang
 without the workaround, every record copied exactly once with it.
