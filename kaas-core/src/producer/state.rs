@@ -455,45 +455,37 @@ impl ProducerStates {
     /// Forgets producers idle (by their batches' timestamps) for `expiration_ms`; never one
     /// with an open transaction.
     fn on_expire(&mut self, now_ms: i64, expiration_ms: i64) -> bool {
-        let expired: Vec<i64> = self
+        self.forget_where(|e| now_ms.saturating_sub(e.last_timestamp) >= expiration_ms)
+    }
+
+    /// Removes, and remembers as forgotten, every producer `gone` picks that has no
+    /// transaction open here; whether there was one.
+    fn forget_where(&mut self, gone: impl Fn(&ProducerEntry) -> bool) -> bool {
+        let ids: Vec<i64> = self
             .producers
             .iter()
-            .filter(|(_, e)| {
-                e.current_txn_first_offset.is_none() && now_ms.saturating_sub(e.last_timestamp) >= expiration_ms
-            })
+            .filter(|(_, e)| e.current_txn_first_offset.is_none() && gone(e))
             .map(|(pid, _)| *pid)
             .collect();
-        for pid in &expired {
+        for pid in &ids {
             self.producers.remove(pid);
             self.forget(*pid);
         }
-        !expired.is_empty()
+        !ids.is_empty()
     }
 
     /// Forgets the producers whose every batch lies below `log_start_offset`, as Apache does
     /// when it removes their segments, and the aborted transactions that ended there.
     fn on_log_start_moved(&mut self, log_start_offset: i64) -> bool {
-        let (producers, aborted) = (self.producers.len(), self.aborted.len());
-        let gone: Vec<i64> = self
-            .producers
-            .iter()
-            .filter(|(_, e)| {
-                e.current_txn_first_offset.is_none()
-                    && e.batches.back().is_some_and(|b| b.last_offset < log_start_offset)
-            })
-            .map(|(pid, _)| *pid)
-            .collect();
-        for pid in gone {
-            self.producers.remove(&pid);
-            self.forget(pid);
-        }
+        let forgot = self.forget_where(|e| e.batches.back().is_some_and(|b| b.last_offset < log_start_offset));
+        let aborted = self.aborted.len();
         self.aborted.retain(|a| a.last_offset >= log_start_offset);
         assert!(
             self.producers.values().all(|e| e.current_txn_first_offset.is_some()
                 || e.batches.back().is_none_or(|b| b.last_offset >= log_start_offset)),
             "no producer is kept whose batches are all gone"
         );
-        (producers, aborted) != (self.producers.len(), self.aborted.len())
+        forgot || aborted != self.aborted.len()
     }
 }
 

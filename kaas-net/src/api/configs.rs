@@ -1,7 +1,8 @@
 //! DescribeConfigs (v1-v4), IncrementalAlterConfigs (v0-v1) and AlterConfigs (v0-v2) for topic
 //! and broker resources. Topic overrides are stored with the topic. Broker settings come from
-//! the command line and configuration file; the defaults of every topic's log
-//! (`DYNAMIC_BROKER_CONFIGS`) can also be changed at run time, and are kept on the volume.
+//! the command line and configuration file; the defaults of every topic's log (the settings
+//! `config::settings` marks dynamic) can also be changed at run time, and are kept on the
+//! volume.
 
 use std::collections::BTreeMap;
 
@@ -139,19 +140,21 @@ fn broker_configs(snapshot: &MetadataSnapshot, statics: &BrokerConfig) -> Descri
     let described = |name: &str, value: String, read_only: bool, doc: Option<&'static str>| {
         let synonyms = broker_levels(snapshot, statics, name);
         let source = synonyms.first().map_or(DEFAULT_CONFIG, |(_, _, source)| *source);
-        (name.to_string(), Described { value, source, read_only, synonyms, doc })
+        Described { value, source, read_only, synonyms, doc }
     };
     for s in settings::SETTINGS {
-        out.extend([described(s.name, (s.get)(effective), s.change != settings::Change::Dynamic, Some(s.doc))]);
+        let read_only = s.change != settings::Change::Dynamic;
+        out.insert(s.name.to_string(), described(s.name, (s.get)(effective), read_only, Some(s.doc)));
     }
     for (name, value) in effective.topic_defaults() {
-        if settings::find(broker_name_of(name)).is_none() {
-            out.extend([described(broker_name_of(name), value, true, None)]);
+        let name = broker_name_of(name);
+        if settings::find(name).is_none() {
+            out.insert(name.to_string(), described(name, value, true, None));
         }
     }
     for (name, value) in &statics.explicit {
         if !out.contains_key(name) {
-            out.extend([described(name, value.clone(), true, settings::ignored(name))]);
+            out.insert(name.clone(), described(name, value.clone(), true, settings::ignored(name)));
         }
     }
     out

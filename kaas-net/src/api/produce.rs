@@ -24,10 +24,6 @@ enum Pending {
     Waiting(oneshot::Receiver<CoreResult<kaas_core::partition::AppendOutcome>>),
 }
 
-/// A partition of the request: its index, what its append became, and its log start offset as
-/// the request found it.
-type PartitionAppend = (i32, Pending, i64);
-
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
@@ -38,12 +34,10 @@ pub async fn handle<E: Env>(
     // A topic a peer created a moment ago is read now, not at the next rescan.
     ctx.broker.topics.refresh(request.topic_data.iter().map(|t| t.name.0.as_str())).await;
     let snapshot = ctx.broker.topics.snapshot();
-    let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<PartitionAppend>)> = Vec::new();
+    let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Pending)>)> = Vec::new();
     for topic_data in request.topic_data {
         let mut partitions = Vec::new();
         for data in topic_data.partition_data {
-            let log_start =
-                snapshot.partition(&topic_data.name.0, data.index).map_or(-1, |p| p.watermarks().log_start_offset);
             let pending = if !matches!(acks, -1..=1) {
                 Pending::Done(Err(CoreError::InvalidRequiredAcks))
             } else {
@@ -80,9 +74,7 @@ pub async fn handle<E: Env>(
                     },
                 }
             };
-            // Only an append the partition refused (a sequence, an epoch) tells the log start.
-            let log_start = if matches!(pending, Pending::Waiting(_)) { log_start } else { -1 };
-            partitions.push((data.index, pending, log_start));
+            partitions.push((data.index, pending));
         }
         topics.push((topic_data.name, partitions));
     }
@@ -95,10 +87,18 @@ pub async fn handle<E: Env>(
         let mut responses = Vec::new();
         for (name, partitions) in topics {
             let mut partition_responses = Vec::new();
-            for (index, pending, log_start) in partitions {
-                let result = match pending {
-                    Pending::Done(result) => result,
-                    Pending::Waiting(rx) => rx.await.unwrap_or(Err(CoreError::Storage("partition stopped".into()))),
+            for (index, pending) in partitions {
+                // Only an append the partition refused (a sequence, an epoch) tells its log start,
+                // looked up then: an error is rare, a produce is not.
+                let (result, appended) = match pending {
+                    Pending::Done(result) => (result, false),
+                    Pending::Waiting(rx) => {
+                        (rx.await.unwrap_or(Err(CoreError::Storage("partition stopped".into()))), true)
+                    }
+                };
+                let log_start = || {
+                    let partition = snapshot.partition(&name.0, index).filter(|_| appended);
+                    partition.map_or(-1, |p| p.watermarks().log_start_offset)
                 };
                 // UNKNOWN_PRODUCER_ID came with Kafka 1.0 (Produce v5); older clients know only
                 // the out-of-order answer.
@@ -122,7 +122,7 @@ pub async fn handle<E: Env>(
 fn partition_response(
     index: i32,
     result: CoreResult<kaas_core::partition::AppendOutcome>,
-    log_start: i64,
+    log_start: impl FnOnce() -> i64,
 ) -> PartitionProduceResponse {
     let base = PartitionProduceResponse::default().with_index(index).with_log_append_time_ms(-1);
     match result {
@@ -132,7 +132,7 @@ fn partition_response(
                 CoreError::OutOfOrderSequenceNumber
                 | CoreError::UnknownProducerId
                 | CoreError::InvalidProducerEpoch
-                | CoreError::ProducerFenced => log_start,
+                | CoreError::ProducerFenced => log_start(),
                 _ => -1,
             };
             base.with_error_code(error::code(&e))
