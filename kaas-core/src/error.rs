@@ -8,6 +8,8 @@ use crate::log::batch::BatchError;
 pub enum CoreError {
     // Topics and partitions.
     UnknownTopicOrPartition,
+    /// 100: a request named a topic by an id no topic has.
+    UnknownTopicId,
     /// This broker does not lead the partition now; retriable, nothing was written.
     NotLeaderOrFollower,
     /// A producer's batch does not continue its sequence.

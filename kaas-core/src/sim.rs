@@ -84,10 +84,13 @@ pub enum Mutant {
     /// lease gets its share at once, so one that keeps being cut off from the volume takes
     /// ownership back every time, and loses it again, a lease without an owner, at each cut.
     SettleZero,
+    /// A v2 EndTxn (v5) ends the transaction under the same epoch: its markers fence nothing,
+    /// so a late write of the ended transaction joins the next one (KIP-890's case).
+    EndTxnWithoutEpochBump,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 27] = [
+    pub const ALL: [Mutant; 28] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -115,6 +118,7 @@ impl Mutant {
         Mutant::EpochNotBumpedOnReturn,
         Mutant::MarkerQueueDeletedEarly,
         Mutant::SettleZero,
+        Mutant::EndTxnWithoutEpochBump,
     ];
 
     pub fn name(self) -> &'static str {
@@ -146,6 +150,7 @@ impl Mutant {
             Mutant::EpochNotBumpedOnReturn => "epoch-not-bumped-on-return",
             Mutant::MarkerQueueDeletedEarly => "marker-queue-deleted-early",
             Mutant::SettleZero => "settle-zero",
+            Mutant::EndTxnWithoutEpochBump => "end-txn-without-epoch-bump",
         }
     }
 

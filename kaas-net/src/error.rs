@@ -6,6 +6,7 @@ use kafka_protocol::ResponseError as K;
 pub fn code(e: &CoreError) -> i16 {
     let kafka = match e {
         CoreError::UnknownTopicOrPartition => K::UnknownTopicOrPartition,
+        CoreError::UnknownTopicId => K::UnknownTopicId,
         CoreError::NotLeaderOrFollower => K::NotLeaderOrFollower,
         CoreError::OutOfOrderSequenceNumber => K::OutOfOrderSequenceNumber,
         CoreError::InvalidProducerEpoch => K::InvalidProducerEpoch,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kaas_core::cluster::peers::{self, Endpoint, Markers, PeerCall};
 use kaas_core::env::{Clock, Env, Net, Spawner};
-use kaas_core::txn::coordinator::TxnMember;
+use kaas_core::txn::coordinator::{Join, TxnMember};
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
@@ -81,8 +81,8 @@ fn job_of(call: PeerCall) -> (Endpoint, Job) {
     match call {
         PeerCall::WriteMarkers { to, markers, reply } => (to, write_markers(markers, reply)),
         PeerCall::Fence { to, producer_id, producer_epoch, reply } => (to, fence(producer_id, producer_epoch, reply)),
-        PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, reply } => {
-            (to, verify(transactional_id, producer_id, producer_epoch, member, reply))
+        PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, join, reply } => {
+            (to, verify(transactional_id, producer_id, producer_epoch, member, join, reply))
         }
     }
 }
@@ -159,6 +159,7 @@ fn verify(
     producer_id: i64,
     producer_epoch: i16,
     member: TxnMember,
+    join: Join,
     reply: oneshot::Sender<CoreResult<()>>,
 ) -> Job {
     let (name, partition) = peers::member_on_wire(&member);
@@ -167,7 +168,7 @@ fn verify(
             .with_transactional_id(TransactionalId(text(&transactional_id)))
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(producer_epoch)
-            .with_verify_only(true)
+            .with_verify_only(join == Join::Verify)
             .with_topics(vec![
                 AddPartitionsToTxnTopic::default().with_name(topic(&name)).with_partitions(vec![partition]),
             ]),

@@ -48,6 +48,7 @@ const MASKED: &[&str] = &[
     "producer_id",
     "topic_id",
     "timestamp",
+    "transaction_start_time_ms",
     "log_append_time_ms",
     "throttle_time_ms",
     "error_message",
@@ -261,6 +262,31 @@ impl Session {
             let request = DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s(key))]);
             let response: DescribeTransactionsResponse = self.wire.call(ApiKey::DescribeTransactions, 0, &request);
             response.transaction_states.iter().all(|t| !LOADING.contains(&t.error_code))
+        }
+    }
+
+    /// EndTxn v5 as a client sends it (again while CONCURRENT_TRANSACTIONS), then waits until
+    /// the transaction is complete: Apache answers once it is prepared and writes its markers
+    /// after, kaas answers once they are durable.
+    fn end_settled(&mut self, transactional_id: &str, request: &EndTxnRequest) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let answer = loop {
+            let (answer, response) = self.call::<_, EndTxnResponse>(ApiKey::EndTxn, 5, request);
+            if response.error_code != 51 {
+                break answer;
+            }
+            assert!(Instant::now() < deadline, "EndTxn: {answer}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        loop {
+            let describe = DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(s(transactional_id))]);
+            let response: DescribeTransactionsResponse = self.wire.call(ApiKey::DescribeTransactions, 0, &describe);
+            if !response.transaction_states[0].transaction_state.starts_with("Prepare") {
+                return answer;
+            }
+            assert!(Instant::now() < deadline, "{transactional_id} stays prepared: {response:?}");
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -618,6 +644,77 @@ fn offset_delete(c: &mut Session) -> Vec<String> {
     out
 }
 
+/// Transactions v2 (KIP-890 part 2): Produce v12 and TxnOffsetCommit v5 add to the
+/// transaction themselves, EndTxn v5 bumps the epoch (a retry is one epoch behind), a late write
+/// of an ended transaction is fenced, and an abort with nothing open is allowed.
+fn transactions_v2(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-tv2", 2);
+    let (producer_id, epoch) = c.init_producer_id(Some("conf-tv2"));
+    let mut out = Vec::new();
+    // ApiVersions v3 leaves out features whose lowest version is 0 (old clients cannot read
+    // them); v4 names them.
+    for version in [3, 4] {
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(s("kaas-conformance"))
+            .with_client_software_version(s("1.0"));
+        let versions: ApiVersionsResponse = c.wire.call(ApiKey::ApiVersions, version, &request);
+        let feature = |name: &StrBytes| name.as_str() == "transaction.version";
+        let supported = versions.supported_features.iter().filter(|f| feature(&f.name));
+        let finalized = versions.finalized_features.iter().filter(|f| feature(&f.name));
+        out.push(format!(
+            "ApiVersions v{version}: error {}, transaction.version supported {:?}, finalized {:?}",
+            versions.error_code,
+            supported.map(|f| (f.min_version, f.max_version)).collect::<Vec<_>>(),
+            finalized.map(|f| f.max_version_level).collect::<Vec<_>>(),
+        ));
+    }
+    let write = |epoch: i16, partition: i32, sequence: i32| {
+        produce("conf-tv2", partition, batch((producer_id, epoch), sequence, 2, true), Some("conf-tv2"))
+    };
+    let end = |epoch: i16, committed: bool| {
+        EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("conf-tv2")))
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(epoch)
+            .with_committed(committed)
+    };
+    out.push(c.call::<_, ProduceResponse>(ApiKey::Produce, 12, &write(epoch, 0, 0)).0);
+    out.push(c.end_settled("conf-tv2", &end(epoch, true)));
+    out.push(c.call::<_, EndTxnResponse>(ApiKey::EndTxn, 5, &end(epoch, true)).0);
+    out.push(c.call::<_, EndTxnResponse>(ApiKey::EndTxn, 5, &end(epoch, false)).0);
+    // Late writes of the ended transaction: where its marker went, and where it never wrote.
+    out.push(c.call::<_, ProduceResponse>(ApiKey::Produce, 12, &write(epoch, 0, 2)).0);
+    out.push(c.call::<_, ProduceResponse>(ApiKey::Produce, 12, &write(epoch, 1, 0)).0);
+    // Nothing open: an abort is allowed (and bumps), a commit is not.
+    out.push(c.end_settled("conf-tv2", &end(epoch + 1, false)));
+    out.push(c.call::<_, EndTxnResponse>(ApiKey::EndTxn, 5, &end(epoch + 2, true)).0);
+    c.await_coordinator("conf-tv2-g", 0);
+    let offsets = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s("conf-tv2")))
+        .with_group_id(GroupId(s("conf-tv2-g")))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch + 2)
+        .with_topics(vec![
+            kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(name("conf-tv2"))
+                .with_partitions(vec![
+                    kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(1)
+                        .with_committed_offset(7),
+                ]),
+        ]);
+    out.push(c.call::<_, TxnOffsetCommitResponse>(ApiKey::TxnOffsetCommit, 5, &offsets).0);
+    out.push(c.call::<_, ProduceResponse>(ApiKey::Produce, 12, &write(epoch + 2, 1, 0)).0);
+    out.push(c.end_settled("conf-tv2", &end(epoch + 2, true)));
+    let fetch = OffsetFetchRequest::default().with_group_id(GroupId(s("conf-tv2-g"))).with_topics(Some(vec![
+        OffsetFetchRequestTopic::default().with_name(name("conf-tv2")).with_partition_indexes(vec![1]),
+    ]));
+    out.push(c.call::<_, OffsetFetchResponse>(ApiKey::OffsetFetch, 7, &fetch).0);
+    let describe = DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s("conf-tv2"))]);
+    out.push(c.call::<_, DescribeTransactionsResponse>(ApiKey::DescribeTransactions, 0, &describe).0);
+    out
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -629,6 +726,7 @@ const CASES: &[(&str, Case)] = &[
     ("more-admin-errors", more_admin_errors),
     ("transaction-state-errors", transaction_state_errors),
     ("offset-delete", offset_delete),
+    ("transactions-v2", transactions_v2),
 ];
 
 #[test]

@@ -117,6 +117,12 @@ pub const SPECS: &[MutantSpec] = &[
         scenarios: &["cluster-txn", "cluster-copier"],
     },
     MutantSpec { mutant: Mutant::SettleZero, catches: &["thrash"], scenarios: &["cluster-flap"] },
+    MutantSpec {
+        mutant: Mutant::EndTxnWithoutEpochBump,
+        // The held write joins the next transaction and is committed with it.
+        catches: &["aborted-read"],
+        scenarios: &["txn-late-write"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

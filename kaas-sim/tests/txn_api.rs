@@ -50,25 +50,28 @@ async fn scenario() -> turmoil::Result {
     // KIP-890: a transactional batch for a partition not in the transaction is refused.
     let stamp = ProducerStamp { producer_id: ids.0, producer_epoch: ids.1, base_sequence: 0 };
     let v = [Bytes::from_static(b"v")];
-    assert_eq!(c.produce_txn("a", "t", 1, &v, 0, stamp).await, Outcome::Failed(INVALID_TXN_STATE));
+    assert_eq!(c.produce_txn("a", "t", 1, &v, 0, stamp, false).await, Outcome::Failed(INVALID_TXN_STATE));
     assert_eq!(c.add_partitions_to_txn("a", ids, "t", &[0]).await, Outcome::Ok(()));
-    assert!(matches!(c.produce_txn("a", "t", 0, &v, 0, stamp).await, Outcome::Ok(0)));
+    assert!(matches!(c.produce_txn("a", "t", 0, &v, 0, stamp, false).await, Outcome::Ok(0)));
 
     // KIP-447: offsets only for a group added to the transaction, from a current member.
-    assert_eq!(c.txn_offset_commit("a", ids, "g", "in", &[(0, 5)]).await, Outcome::Failed(INVALID_TXN_STATE));
+    assert_eq!(c.txn_offset_commit("a", ids, "g", "in", &[(0, 5)], false).await, Outcome::Failed(INVALID_TXN_STATE));
     assert_eq!(c.add_offsets_to_txn("a", ids, "g").await, Outcome::Ok(()));
     let stranger = Member { member_id: "nobody".into(), generation: -1 };
     assert_eq!(
-        c.txn_offset_commit_as("a", ids, "g", &stranger, "in", &[(0, 5)]).await,
+        c.txn_offset_commit_as("a", ids, "g", &stranger, "in", &[(0, 5)], false).await,
         Outcome::Failed(UNKNOWN_MEMBER_ID)
     );
     let stale = Member { member_id: String::new(), generation: 3 };
     assert_eq!(
-        c.txn_offset_commit_as("a", ids, "g", &stale, "in", &[(0, 5)]).await,
+        c.txn_offset_commit_as("a", ids, "g", &stale, "in", &[(0, 5)], false).await,
         Outcome::Failed(ILLEGAL_GENERATION)
     );
-    assert_eq!(c.txn_offset_commit("a", (ids.0, 7), "g", "in", &[(0, 5)]).await, Outcome::Failed(PRODUCER_FENCED));
-    assert_eq!(c.txn_offset_commit("a", ids, "g", "in", &[(0, 5)]).await, Outcome::Ok(()));
+    assert_eq!(
+        c.txn_offset_commit("a", (ids.0, 7), "g", "in", &[(0, 5)], false).await,
+        Outcome::Failed(PRODUCER_FENCED)
+    );
+    assert_eq!(c.txn_offset_commit("a", ids, "g", "in", &[(0, 5)], false).await, Outcome::Ok(()));
     // Staged, not visible: require_stable answers UNSTABLE_OFFSET_COMMIT, a plain fetch -1.
     assert_eq!(c.committed_offsets_stable("g", "in", &[0]).await, Outcome::Failed(UNSTABLE_OFFSET_COMMIT));
     assert_eq!(c.committed_offset("g", "in", 0).await, Outcome::Ok(-1));
@@ -92,12 +95,12 @@ async fn scenario() -> turmoil::Result {
     assert_eq!(c.init_txn_producer("a", 60_000, Some(bumped)).await, Outcome::Ok(next));
     assert_eq!(c.init_txn_producer("a", 60_000, Some(ids)).await, Outcome::Failed(PRODUCER_FENCED), "two behind");
     let old = ProducerStamp { producer_id: ids.0, producer_epoch: 0, base_sequence: 1 };
-    assert_eq!(c.produce_txn("a", "t", 0, &v, 0, old).await, Outcome::Failed(INVALID_PRODUCER_EPOCH));
+    assert_eq!(c.produce_txn("a", "t", 0, &v, 0, old, false).await, Outcome::Failed(INVALID_PRODUCER_EPOCH));
 
     // A rejoin during a transaction aborts it first: CONCURRENT_TRANSACTIONS until then.
     assert_eq!(c.add_partitions_to_txn("a", next, "t", &[1]).await, Outcome::Ok(()));
     let first = ProducerStamp { producer_id: next.0, producer_epoch: next.1, base_sequence: 0 };
-    assert!(matches!(c.produce_txn("a", "t", 1, &v, 0, first).await, Outcome::Ok(_)));
+    assert!(matches!(c.produce_txn("a", "t", 1, &v, 0, first, false).await, Outcome::Ok(_)));
     let rejoined = loop {
         match c.init_txn_producer("a", 60_000, None).await {
             Outcome::Ok(ids) => break ids,
@@ -160,5 +163,46 @@ fn transaction_apis_answer_apache_errors() {
     let spec = &hosts::BrokerSpec::single(1, 0)[0];
     hosts::add_broker(&mut sim, spec, &SimVolume::default(), BrokerConfig::default());
     sim.client("client", scenario());
+    sim.run().unwrap();
+}
+
+/// Transactions v2 over the wire: the writes add to the transaction, every EndTxn bumps the
+/// epoch (a retry is one behind), and a write of an ended transaction that arrives late is
+/// fenced rather than joining the next one (KIP-890's case).
+async fn transactions_v2() -> turmoil::Result {
+    let mut c = connect().await;
+    assert_eq!(c.create_topic("t", 2).await?, 0);
+    assert_eq!(c.create_topic("in", 1).await?, 0);
+    let Outcome::Ok(ids) = c.init_txn_producer("v2", 60_000, None).await else { panic!("init") };
+    let v = [Bytes::from_static(b"v")];
+    let stamp = |epoch: i16, partition_seq: i32| ProducerStamp {
+        producer_id: ids.0,
+        producer_epoch: epoch,
+        base_sequence: partition_seq,
+    };
+    assert!(matches!(c.produce_txn("v2", "t", 0, &v, 0, stamp(0, 0), true).await, Outcome::Ok(0)), "no add first");
+    assert_eq!(c.txn_offset_commit("v2", ids, "g2", "in", &[(0, 3)], true).await, Outcome::Ok(()));
+    assert_eq!(c.end_txn_v2("v2", ids, true).await, Outcome::Ok((ids.0, 1)), "the epoch bumps");
+    assert_eq!(c.end_txn_v2("v2", ids, true).await, Outcome::Ok((ids.0, 1)), "a retry, one epoch behind");
+    assert_eq!(c.committed_offsets_stable("g2", "in", &[0]).await, Outcome::Ok(vec![3]));
+    // The late writes of the ended transaction: where its marker went, and elsewhere.
+    assert_eq!(c.produce_txn("v2", "t", 0, &v, 0, stamp(0, 1), true).await, Outcome::Failed(INVALID_PRODUCER_EPOCH));
+    assert!(matches!(c.produce_txn("v2", "t", 1, &v, 0, stamp(1, 0), true).await, Outcome::Ok(0)));
+    assert_eq!(c.produce_txn("v2", "t", 1, &v, 0, stamp(0, 0), true).await, Outcome::Failed(INVALID_PRODUCER_EPOCH));
+    assert_eq!(c.end_txn_v2("v2", (ids.0, 1), false).await, Outcome::Ok((ids.0, 2)));
+    let Outcome::Ok(read) = c.fetch_committed("t", 1, 0, 0).await else { panic!("fetch") };
+    assert!(read.records.is_empty(), "the aborted write is not read: {read:?}");
+    // Nothing open: an abort bumps too; a commit has nothing to commit.
+    assert_eq!(c.end_txn_v2("v2", (ids.0, 2), false).await, Outcome::Ok((ids.0, 3)));
+    assert_eq!(c.end_txn_v2("v2", (ids.0, 3), true).await, Outcome::Failed(INVALID_TXN_STATE));
+    Ok(())
+}
+
+#[test]
+fn transactions_v2_bump_the_epoch_at_every_end() {
+    let mut sim = turmoil::Builder::new().simulation_duration(Duration::from_secs(60)).build();
+    let spec = &hosts::BrokerSpec::single(1, 0)[0];
+    hosts::add_broker(&mut sim, spec, &SimVolume::default(), BrokerConfig::default());
+    sim.client("client", transactions_v2());
     sim.run().unwrap();
 }

@@ -53,7 +53,8 @@ func main() {
 		return
 	}
 	produceAndConsume(ctx, bootstrap)
-	copyExactlyOnce(ctx, bootstrap, 300)
+	commits := copyExactlyOnce(ctx, bootstrap, 300)
+	epochBumpedPerCommit(ctx, bootstrap, commits)
 	fmt.Println("franz-go: idempotent produce, group consume and commit, GroupTransactSession copy exactly once")
 }
 
@@ -105,7 +106,7 @@ func produceAndConsume(ctx context.Context, bootstrap string) {
 
 // copyExactlyOnce writes n records to a fresh input topic, copies them with a
 // GroupTransactSession, and checks the copy with a read_committed reader.
-func copyExactlyOnce(ctx context.Context, bootstrap string, n int) {
+func copyExactlyOnce(ctx context.Context, bootstrap string, n int) (commits int) {
 	in, out, group := "franz-in-"+run, "franz-out-"+run, "franz-copier-"+run
 	createTopics(ctx, bootstrap, in, out)
 	producer := client(bootstrap, kgo.DefaultProduceTopic(in))
@@ -140,6 +141,7 @@ func copyExactlyOnce(ctx context.Context, bootstrap string, n int) {
 		must(err, "end transaction")
 		if committed {
 			copied += len(records)
+			commits++
 		}
 	}
 	session.Close()
@@ -168,4 +170,23 @@ func copyExactlyOnce(ctx context.Context, bootstrap string, n int) {
 		fail("read_committed read %d copies of %d input records (duplicates or losses)", len(values), n)
 	}
 	fmt.Printf("franz-go GroupTransactSession: %d records copied exactly once\n", n)
+	return commits
+}
+
+// epochBumpedPerCommit checks that the copier ran on transactions v2 (KIP-890 part 2), which
+// franz-go takes when the broker finalizes transaction.version 2, as kaas does by default:
+// every EndTxn bumped the producer epoch, so it is at least the number of commits.
+func epochBumpedPerCommit(ctx context.Context, bootstrap string, commits int) {
+	adm := kadm.NewClient(client(bootstrap))
+	defer adm.Close()
+	described, err := adm.DescribeTransactions(ctx, "franz-copier-"+run)
+	must(err, "describe the copier's transaction")
+	d, ok := described["franz-copier-"+run]
+	if !ok || d.Err != nil {
+		fail("the copier's transactional id is not described: %v", d.Err)
+	}
+	if int(d.ProducerEpoch) < commits {
+		fail("epoch %d after %d commits: the copier did not use transactions v2", d.ProducerEpoch, commits)
+	}
+	fmt.Printf("franz-go: transactions v2, epoch %d after %d commits\n", d.ProducerEpoch, commits)
 }

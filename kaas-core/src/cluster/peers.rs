@@ -1,6 +1,6 @@
 //! Calls to peer brokers: the transaction coordinator's markers to a partition's or a group's
 //! owner (WriteTxnMarkers), and a partition owner's KIP-890 verification with the coordinator
-//! of a transactional id (AddPartitionsToTxn, verify_only). kaas-core says what to ask and of
+//! of a transactional id (AddPartitionsToTxn: verify_only, or an add for a v2 write). kaas-core says what to ask and of
 //! whom; the wire client that asks is kaas-net's (`kaas_net::peers`), attached when a server
 //! starts. Without one (a broker in a unit test) every call fails at once, retriably.
 //!
@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{CoreError, CoreResult};
-use crate::txn::coordinator::TxnMember;
+use crate::txn::coordinator::{Join, TxnMember};
 
 /// Calls queued for the wire client before it refuses more.
 const QUEUED_MAX: usize = 1024;
@@ -44,13 +44,14 @@ pub enum PeerCall {
     Fence { to: Endpoint, producer_id: i64, producer_epoch: i16, reply: oneshot::Sender<CoreResult<()>> },
     /// Answered Ok once every marker is durable on the peer.
     WriteMarkers { to: Endpoint, markers: Markers, reply: oneshot::Sender<Vec<(TxnMember, CoreResult<()>)>> },
-    /// Answered Ok if `member` is in the producer's open transaction.
+    /// Answered Ok if `member` is in the producer's open transaction (or, `Join::Add`, added).
     Verify {
         to: Endpoint,
         transactional_id: String,
         producer_id: i64,
         producer_epoch: i16,
         member: TxnMember,
+        join: Join,
         reply: oneshot::Sender<CoreResult<()>>,
     },
 }
@@ -103,8 +104,9 @@ impl PeersHandle {
         producer_id: i64,
         producer_epoch: i16,
         member: TxnMember,
+        join: Join,
     ) -> CoreResult<()> {
-        let call = |reply| PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, reply };
+        let call = |reply| PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, join, reply };
         self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
 }
@@ -142,7 +144,7 @@ mod tests {
     async fn without_a_wire_client_a_call_fails_at_once_and_retriably() {
         let peers = PeersHandle::default();
         let to = Endpoint { broker_id: 1, host: "h".into(), port: 9092 };
-        let verified = peers.verify(to, "t".into(), 1, 0, TxnMember::Group("g".into())).await;
+        let verified = peers.verify(to, "t".into(), 1, 0, TxnMember::Group("g".into()), Join::Verify).await;
         assert_eq!(verified, Err(CoreError::CoordinatorNotAvailable));
         assert!(peers.attach().is_some());
         assert!(peers.attach().is_none(), "one wire client per broker");

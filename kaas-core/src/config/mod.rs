@@ -45,6 +45,10 @@ pub struct BrokerConfig {
     /// How often the reaper aborts timed-out transactions and the reconcile finishes prepared
     /// ones (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
     pub transaction_cleanup_interval_ms: u64,
+    /// The finalized level of the `transaction.version` feature ApiVersions advertises: 2
+    /// offers transactions v2 (KIP-890 part 2) to clients that have it, below 2 keeps every
+    /// client on v1 (Apache sets it with `kafka-features`; here it is a setting).
+    pub transaction_version: i16,
     /// A peer is live while this broker saw its lease renewed within this long, timed on this
     /// broker's own monotonic clock (`broker.session.timeout.ms`, Apache's name and default).
     pub broker_session_timeout_ms: u64,
@@ -90,6 +94,7 @@ impl Default for BrokerConfig {
             producer_id_expiration_ms: 86_400_000,
             transaction_max_timeout_ms: 900_000,
             transaction_cleanup_interval_ms: 10_000,
+            transaction_version: 2,
             broker_session_timeout_ms: 9000,
             broker_heartbeat_interval_ms: 2000,
             broker_lease_drift_margin_ms: 1000,
@@ -299,6 +304,7 @@ mod tests {
         assert!(validate_topic_config("retention.ms", "-2").is_err());
         assert!(validate_topic_config("no.such", "1").is_err());
         assert!(c.set("transaction.abort.timed.out.transaction.cleanup.interval.ms", "0").is_err());
+        assert!(c.set("transaction.version", "3").is_err(), "no such level of the feature");
         c.set("log.flush.interval.messages", "1").unwrap();
         assert_eq!(c.explicit["log.flush.interval.messages"], "1", "ignored settings are still reported");
     }
@@ -312,6 +318,8 @@ mod tests {
             let given = match (s.get)(&c).as_str() {
                 "true" => "false".to_string(),
                 "false" => "true".to_string(),
+                // A feature level: 0 to 2.
+                _ if s.name == "transaction.version" => "1".to_string(),
                 v if v.parse::<i64>().is_ok() => "7".to_string(),
                 _ => "other".to_string(),
             };

@@ -221,6 +221,20 @@ pub const SETTINGS: &[Setting] = &[
         "The longest transaction timeout a producer may ask for."
     ),
     Setting {
+        name: "transaction.version",
+        change: Static,
+        doc: "The finalized level of the `transaction.version` feature (0 to 2): at 2, clients that have transactions v2 (KIP-890 part 2) use it; below, every client stays on v1. Apache finalizes it with `kafka-features`.",
+        set: Some(|c, v| {
+            let level: i16 = parse("transaction.version", v)?;
+            if !(0..=2).contains(&level) {
+                return Err(format!("transaction.version must be 0, 1 or 2, not {level}"));
+            }
+            c.transaction_version = level;
+            Ok(())
+        }),
+        get: |c| c.transaction_version.to_string(),
+    },
+    Setting {
         name: "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         change: Static,
         doc: "How often timed-out transactions are aborted and prepared ones finished.",

@@ -46,6 +46,16 @@ const COORDINATOR_EPOCH: i32 = 0;
 pub const CRASH_POINTS: [&str; 5] =
     ["txn.before_prepare", "txn.after_prepare", "txn.between_markers", "txn.before_complete", "txn.after_complete"];
 
+/// How a transactional write joins its producer's transaction (KIP-890).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Join {
+    /// The member must be in the open transaction already: the client added it (v1).
+    Verify,
+    /// The write adds the member, opening the transaction if none is (v2: Produce v12+,
+    /// TxnOffsetCommit v5+).
+    Add,
+}
+
 /// What a transactional write must belong to, for `verify`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TxnMember {
@@ -53,12 +63,15 @@ pub enum TxnMember {
     Group(String),
 }
 
+/// Where an answer naming a producer id and epoch goes (InitProducerId, EndTxn).
+type IdsReply = oneshot::Sender<CoreResult<(i64, i16)>>;
+
 enum Command {
     InitProducerId {
         transactional_id: String,
         transaction_timeout_ms: i32,
         expected: Option<(i64, i16)>,
-        reply: oneshot::Sender<CoreResult<(i64, i16)>>,
+        reply: IdsReply,
     },
     AddPartitions {
         transactional_id: String,
@@ -79,13 +92,15 @@ enum Command {
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-        reply: oneshot::Sender<CoreResult<()>>,
+        transaction_version: i16,
+        reply: IdsReply,
     },
     Verify {
         transactional_id: String,
         producer_id: i64,
         producer_epoch: i16,
         member: TxnMember,
+        join: Join,
         reply: oneshot::Sender<CoreResult<()>>,
     },
     Describe(Vec<String>, oneshot::Sender<Vec<(String, CoreResult<Option<TxnEntry>>)>>),
@@ -113,10 +128,11 @@ impl Command {
     /// Answers the command with `error` after the group's flush, without handling it.
     fn refuse(self, error: CoreError, after: &mut Vec<After>) {
         match self {
-            Command::InitProducerId { reply, .. } => after.push(After::Init(reply, Err(error))),
+            Command::InitProducerId { reply, .. } | Command::EndTxn { reply, .. } => {
+                after.push(After::Ids(reply, Err(error)))
+            }
             Command::AddPartitions { reply, .. }
             | Command::AddOffsets { reply, .. }
-            | Command::EndTxn { reply, .. }
             | Command::Verify { reply, .. } => after.push(After::Reply(reply, Err(error))),
             Command::Describe(..) | Command::List(_) | Command::Dispatched { .. } => {}
         }
@@ -172,26 +188,38 @@ impl TxnCoordinatorHandle {
         self.ask(|reply| Command::AddOffsets { transactional_id, producer_id, producer_epoch, group_id, reply }).await
     }
 
-    /// Answered once the transaction is complete: every marker and offset durable.
+    /// Answered once the transaction is complete (every marker and offset durable) with the
+    /// producer id and epoch the producer goes on with: bumped from `transaction_version` 2.
     pub async fn end_txn(
         &self,
         transactional_id: String,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> CoreResult<()> {
-        self.ask(|reply| Command::EndTxn { transactional_id, producer_id, producer_epoch, commit, reply }).await
+        transaction_version: i16,
+    ) -> CoreResult<(i64, i16)> {
+        self.ask(|reply| Command::EndTxn {
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            commit,
+            transaction_version,
+            reply,
+        })
+        .await
     }
 
-    /// KIP-890 verification: Ok if `member` is in the producer's open transaction.
+    /// KIP-890: Ok if `member` is in the producer's open transaction, or (`Join::Add`) is
+    /// now, durably.
     pub async fn verify(
         &self,
         transactional_id: String,
         producer_id: i64,
         producer_epoch: i16,
         member: TxnMember,
+        join: Join,
     ) -> CoreResult<()> {
-        self.ask(|reply| Command::Verify { transactional_id, producer_id, producer_epoch, member, reply }).await
+        self.ask(|reply| Command::Verify { transactional_id, producer_id, producer_epoch, member, join, reply }).await
     }
 
     /// The entries of the named transactional ids (None: unknown), or why this broker cannot
@@ -233,7 +261,7 @@ struct TxnCoordinator<E: Env> {
     /// Transactional ids with a dispatch task running.
     dispatching: BTreeMap<String, ()>,
     /// EndTxn requests answered when their transaction completes.
-    waiting: BTreeMap<String, Vec<oneshot::Sender<CoreResult<()>>>>,
+    waiting: BTreeMap<String, Vec<IdsReply>>,
     next_reap: Instant,
     /// When failed dispatches are tried again, if any failed.
     retry_at: Option<Instant>,
@@ -302,12 +330,13 @@ pub async fn start<E: Env>(
 
 /// What a command leads to once the mutations of its group are durable (or failed to be).
 enum After {
-    Init(oneshot::Sender<CoreResult<(i64, i16)>>, CoreResult<(i64, i16)>),
+    /// An answer naming the producer id and epoch to go on with (InitProducerId, EndTxn).
+    Ids(IdsReply, CoreResult<(i64, i16)>),
     Reply(oneshot::Sender<CoreResult<()>>, CoreResult<()>),
     Fence(i64, i16),
     Dispatch(TxnEntry),
     /// An EndTxn whose transaction is prepared: answered when it completes.
-    Park(String, oneshot::Sender<CoreResult<()>>),
+    Park(String, IdsReply),
     /// The transaction completed: answer its parked EndTxns.
     Completed(String),
 }
@@ -400,7 +429,7 @@ impl<E: Env> TxnCoordinator<E> {
         };
         for action in after {
             match action {
-                After::Init(reply, result) => {
+                After::Ids(reply, result) => {
                     let result = match (&flushed, result) {
                         (Err(_), Ok(_)) => Err(CoreError::CoordinatorNotAvailable),
                         (_, result) => result,
@@ -414,10 +443,12 @@ impl<E: Env> TxnCoordinator<E> {
                 After::Park(id, reply) if flushed.is_ok() => self.waiting.entry(id).or_default().push(reply),
                 After::Park(_, reply) => drop(reply.send(Err(CoreError::CoordinatorNotAvailable))),
                 After::Completed(id) => {
+                    let ids = self.store.get(&id).map(|e| (e.producer_id, e.producer_epoch));
                     for reply in self.waiting.remove(&id).unwrap_or_default() {
                         // A retriable answer if the completion is not durable: the client
                         // retries EndTxn and the reconcile finishes the transaction.
-                        let _ = reply.send(failed(Ok(())));
+                        let answer = failed(Ok(())).and_then(|()| ids.ok_or(CoreError::CoordinatorNotAvailable));
+                        let _ = reply.send(answer);
                     }
                 }
             }
@@ -577,7 +608,7 @@ impl<E: Env> TxnCoordinator<E> {
         match command {
             Command::InitProducerId { transactional_id, transaction_timeout_ms, expected, reply } => {
                 let result = self.init_producer_id(transactional_id, transaction_timeout_ms, expected, after).await;
-                after.push(After::Init(reply, result));
+                after.push(After::Ids(reply, result));
             }
             Command::AddPartitions { transactional_id, producer_id, producer_epoch, partitions, reply } => {
                 let result = self.update(&transactional_id, |e| {
@@ -591,24 +622,36 @@ impl<E: Env> TxnCoordinator<E> {
                 });
                 after.push(After::Reply(reply, result));
             }
-            Command::EndTxn { transactional_id, producer_id, producer_epoch, commit, reply } => {
-                match self.end_txn(&transactional_id, producer_id, producer_epoch, commit, after) {
+            Command::EndTxn { transactional_id, producer_id, producer_epoch, commit, transaction_version, reply } => {
+                let ended = self
+                    .end_txn(&transactional_id, producer_id, producer_epoch, commit, transaction_version, after)
+                    .await;
+                match ended {
                     Ok(true) => after.push(After::Park(transactional_id, reply)),
-                    Ok(false) => after.push(After::Reply(reply, Ok(()))),
-                    Err(e) => after.push(After::Reply(reply, Err(e))),
+                    Ok(false) => {
+                        let entry = self.store.get(&transactional_id).expect("an entry that completed");
+                        after.push(After::Ids(reply, Ok((entry.producer_id, entry.producer_epoch))))
+                    }
+                    Err(e) => after.push(After::Ids(reply, Err(e))),
                 }
             }
-            Command::Verify { transactional_id, producer_id, producer_epoch, member, reply } => {
-                // Answered after the flush: the state it was checked against is durable by then.
-                let result = match self.store.get(&transactional_id) {
-                    None => Err(CoreError::InvalidProducerIdMapping),
-                    Some(entry) => {
-                        let member = match &member {
-                            TxnMember::Partition(tp) => Member::Partition(tp),
-                            TxnMember::Group(g) => Member::Group(g),
-                        };
-                        state::verify(entry, producer_id, producer_epoch, member).map_err(CoreError::from)
-                    }
+            Command::Verify { transactional_id, producer_id, producer_epoch, member, join, reply } => {
+                // Answered after the flush: the state it was checked against (or the member
+                // added) is durable by then.
+                let member = match &member {
+                    TxnMember::Partition(tp) => Member::Partition(tp),
+                    TxnMember::Group(g) => Member::Group(g),
+                };
+                let result = match join {
+                    Join::Verify => match self.store.get(&transactional_id) {
+                        None => Err(CoreError::InvalidProducerIdMapping),
+                        Some(entry) => {
+                            state::verify(entry, producer_id, producer_epoch, member).map_err(CoreError::from)
+                        }
+                    },
+                    Join::Add => self.update_if(&transactional_id, |e| {
+                        state::add_implicitly(e, producer_id, producer_epoch, member, now_ms)
+                    }),
                 };
                 after.push(After::Reply(reply, result));
             }
@@ -678,24 +721,43 @@ impl<E: Env> TxnCoordinator<E> {
         transactional_id: &str,
         transition: impl FnOnce(&TxnEntry) -> Result<TxnEntry, TxnError>,
     ) -> CoreResult<()> {
+        self.update_if(transactional_id, |e| transition(e).map(Some))
+    }
+
+    /// Applies a transition that may change nothing (None) to an existing entry.
+    fn update_if(
+        &mut self,
+        transactional_id: &str,
+        transition: impl FnOnce(&TxnEntry) -> Result<Option<TxnEntry>, TxnError>,
+    ) -> CoreResult<()> {
         let entry = self.store.get(transactional_id).ok_or(CoreError::InvalidProducerIdMapping)?;
-        let next = transition(entry)?;
-        self.store.stage(next);
+        if let Some(next) = transition(entry)? {
+            self.store.stage(next);
+        }
         Ok(())
     }
 
     /// The first phase of EndTxn. Ok(true): prepared, to be dispatched once durable, and
     /// answered on completion.
-    fn end_txn(
+    async fn end_txn(
         &mut self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
+        transaction_version: i16,
         after: &mut Vec<After>,
     ) -> CoreResult<bool> {
         let entry = self.store.get(transactional_id).ok_or(CoreError::InvalidProducerIdMapping)?;
-        match state::end_txn(entry, producer_id, producer_epoch, commit)? {
+        // A v2 end with the epoch used up continues under a fresh producer id.
+        let fresh = match transaction_version >= state::TV2 && entry.producer_epoch >= state::EPOCH_MAX {
+            true => Some(self.producer_ids.allocate().await?),
+            false => None,
+        };
+        let entry = self.store.get(transactional_id).ok_or(CoreError::InvalidProducerIdMapping)?;
+        let now_ms = self.env.clock().now_ms();
+        let fresh = || fresh.expect("allocated when the epoch is used up");
+        match state::end_txn(entry, producer_id, producer_epoch, commit, transaction_version, now_ms, fresh)? {
             EndOutcome::AlreadyComplete => Ok(false),
             EndOutcome::Prepared(prepared) => {
                 after.push(After::Dispatch(prepared.clone()));

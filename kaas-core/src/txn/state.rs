@@ -5,9 +5,16 @@
 //! ```text
 //!            InitProducerId                 EndTxn / timeout            markers durable
 //!   (none) ─────────────────▶ Empty ──Add*──▶ Ongoing ──▶ Prepare{Commit,Abort} ──▶ Complete{Commit,Abort}
-//!                                               ▲                                         │
-//!                                               └──────────────────Add*───────────────────┘
+//!                               │               ▲              ▲                          │
+//!                               │               └──────────────┼──────────Add*────────────┤
+//!                               └─── EndTxn v5 (abort) ────────┴──── EndTxn v5 (abort) ───┘
 //! ```
+//!
+//! Transactions v2 (KIP-890 part 2, EndTxn v5): every EndTxn bumps the epoch, and the markers
+//! carry the bumped one, so that a write of the transaction that arrives after its marker is
+//! refused as fenced instead of joining the next transaction. The partitions and groups of a
+//! v2 transaction are added by its writes (Produce v12, TxnOffsetCommit v5) through
+//! `add_implicitly`; an abort with nothing open is allowed, and bumps the epoch too.
 //!
 //! The departures from the reference system that DESIGN.md lists are built in: an invalid
 //! transition answers INVALID_TXN_STATE; InitProducerId v3+ validates the caller's producer id
@@ -50,6 +57,7 @@ impl TxnState {
             (Empty | CompleteCommit | CompleteAbort, Empty)
                 | (Empty | Ongoing | CompleteCommit | CompleteAbort, Ongoing)
                 | (Ongoing, PrepareCommit | PrepareAbort)
+                | (Empty | CompleteCommit | CompleteAbort, PrepareAbort)
                 | (PrepareCommit, CompleteCommit)
                 | (PrepareAbort, CompleteAbort)
         )
@@ -91,7 +99,23 @@ pub struct TxnEntry {
     pub groups: BTreeSet<String>,
     /// When the transaction became Ongoing (coordinator wall clock), or -1.
     pub ongoing_since_ms: i64,
+    /// The client's transaction version at the last EndTxn: 2 if it bumped the epoch (v5).
+    #[serde(default)]
+    pub transaction_version: i16,
+    /// A v2 transaction prepared with its epoch used up: the producer id it completes into.
+    #[serde(default = "no_producer_id")]
+    pub next_producer_id: i64,
+    /// The producer id before that rotation, so that a retried EndTxn is recognised.
+    #[serde(default = "no_producer_id")]
+    pub previous_producer_id: i64,
 }
+
+fn no_producer_id() -> i64 {
+    -1
+}
+
+/// The `transaction.version` from which every EndTxn bumps the epoch.
+pub const TV2: i16 = 2;
 
 /// What InitProducerId leads to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,7 +132,8 @@ pub enum InitOutcome {
 pub enum EndOutcome {
     /// Prepared: write the markers, then `complete`.
     Prepared(TxnEntry),
-    /// A retry of an EndTxn that already completed: answer success, change nothing.
+    /// A retry of an EndTxn that already completed: answer success (with the current producer
+    /// id and epoch), change nothing.
     AlreadyComplete,
 }
 
@@ -151,6 +176,11 @@ impl TxnEntry {
             "the previous epoch is older"
         );
         assert!(self.transaction_timeout_ms > 0, "the timeout was validated");
+        assert!(
+            self.next_producer_id == -1 || (self.state.is_prepared() && self.transaction_version >= TV2),
+            "only a prepared v2 transaction rotates its producer id"
+        );
+        assert_ne!(self.next_producer_id, self.producer_id, "a rotation moves to another producer id");
         match self.state {
             TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
                 assert!(self.partitions.is_empty() && self.groups.is_empty(), "no markers owed outside a transaction");
@@ -200,10 +230,14 @@ impl TxnEntry {
     /// end the batches written under it; an exhausted epoch is not bumped (the next
     /// InitProducerId rotates the id, as in Apache).
     fn bumped_for_abort(&self) -> TxnEntry {
-        if self.producer_epoch >= EPOCH_MAX {
-            return self.clone();
-        }
-        self.bumped(|| unreachable!("an epoch below EPOCH_MAX is bumped in place"))
+        let mut entry = if self.producer_epoch >= EPOCH_MAX {
+            self.clone()
+        } else {
+            self.bumped(|| unreachable!("an epoch below EPOCH_MAX is bumped in place"))
+        };
+        // Not a bump by an EndTxn: a v2 EndTxn one epoch behind is a fenced producer's, not a retry.
+        entry.transaction_version = 0;
+        entry
     }
 }
 
@@ -235,6 +269,9 @@ pub fn init_producer_id(
             partitions: BTreeSet::new(),
             groups: BTreeSet::new(),
             ongoing_since_ms: -1,
+            transaction_version: 0,
+            next_producer_id: -1,
+            previous_producer_id: -1,
         };
         return Ok(InitOutcome::Ready(entry.checked()));
     };
@@ -317,19 +354,138 @@ pub fn add_offsets(
 }
 
 /// EndTxn: the first phase. The prepared entry keeps its partitions and groups: they are the
-/// markers still owed, whoever finishes the transaction.
-pub fn end_txn(entry: &TxnEntry, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<EndOutcome, TxnError> {
+/// markers still owed, whoever finishes the transaction. `transaction_version` is the client's
+/// (2 from EndTxn v5): at 2 the prepared entry carries the bumped epoch the markers are written
+/// with, or, the epoch used up, the fresh producer id it completes into
+/// (`fresh_producer_id`, called only then).
+pub fn end_txn(
+    entry: &TxnEntry,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    transaction_version: i16,
+    now_ms: i64,
+    fresh_producer_id: impl FnOnce() -> i64,
+) -> Result<EndOutcome, TxnError> {
+    if entry.transaction_version >= TV2 || transaction_version >= TV2 {
+        return end_txn_v2(entry, producer_id, producer_epoch, commit, transaction_version, now_ms, fresh_producer_id);
+    }
     entry.check_producer(producer_id, producer_epoch)?;
     match (entry.state, commit) {
-        (TxnState::Ongoing, true) => Ok(EndOutcome::Prepared(entry.transition(TxnState::PrepareCommit).checked())),
-        (TxnState::Ongoing, false) => Ok(EndOutcome::Prepared(entry.transition(TxnState::PrepareAbort).checked())),
+        (TxnState::Ongoing, _) => Ok(EndOutcome::Prepared(entry.prepared(commit, 0).checked())),
         (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(EndOutcome::AlreadyComplete),
         (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => Err(TxnError::ConcurrentTransactions),
         _ => Err(TxnError::InvalidTxnState),
     }
 }
 
-/// The second phase, once every marker is durable: the lists are released.
+/// EndTxn where the epoch bumps at every end. The caller's epoch tells a retry apart from the
+/// next end: the current epoch is a new end; one below it, a retry of the end that bumped it.
+fn end_txn_v2(
+    entry: &TxnEntry,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    transaction_version: i16,
+    now_ms: i64,
+    fresh_producer_id: impl FnOnce() -> i64,
+) -> Result<EndOutcome, TxnError> {
+    let bumped_by_last_end = entry.transaction_version >= TV2
+        && producer_id == entry.producer_id
+        && i32::from(producer_epoch) + 1 == i32::from(entry.producer_epoch);
+    // The last end used the epoch up and rotated the id: its retry names the old one.
+    let rotated_by_last_end = entry.transaction_version >= TV2
+        && producer_id == entry.previous_producer_id
+        && producer_epoch == EPOCH_MAX
+        && entry.producer_epoch == 0;
+    if producer_id != entry.producer_id && !rotated_by_last_end {
+        return Err(TxnError::InvalidProducerIdMapping);
+    }
+    let retry = bumped_by_last_end || rotated_by_last_end;
+    let matches_result = |state: TxnState| match state {
+        TxnState::PrepareCommit | TxnState::CompleteCommit => commit,
+        _ => !commit,
+    };
+    match entry.state {
+        TxnState::PrepareCommit | TxnState::PrepareAbort if entry.transaction_version >= TV2 => {
+            if !retry && producer_epoch != entry.producer_epoch {
+                return Err(TxnError::ProducerFenced);
+            }
+            // The epoch was bumped at the prepare, so the caller of a retry is one behind.
+            if matches_result(entry.state) {
+                Err(TxnError::ConcurrentTransactions)
+            } else {
+                Err(TxnError::InvalidTxnState)
+            }
+        }
+        TxnState::CompleteCommit | TxnState::CompleteAbort if retry => {
+            if matches_result(entry.state) {
+                Ok(EndOutcome::AlreadyComplete)
+            } else {
+                Err(TxnError::InvalidTxnState)
+            }
+        }
+        _ if producer_epoch != entry.producer_epoch => Err(TxnError::ProducerFenced),
+        TxnState::PrepareCommit | TxnState::PrepareAbort => {
+            // Prepared by a v1 end: as v1 answers it.
+            if matches_result(entry.state) {
+                Err(TxnError::ConcurrentTransactions)
+            } else {
+                Err(TxnError::InvalidTxnState)
+            }
+        }
+        TxnState::Ongoing if transaction_version >= TV2 => {
+            Ok(EndOutcome::Prepared(entry.prepared_v2(commit, now_ms, fresh_producer_id).checked()))
+        }
+        TxnState::Ongoing => Ok(EndOutcome::Prepared(entry.prepared(commit, transaction_version).checked())),
+        // Nothing open: a v2 client that cannot tell whether its writes added anything aborts
+        // anyway, and the epoch bumps as for any end.
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+            if !commit && transaction_version >= TV2 =>
+        {
+            Ok(EndOutcome::Prepared(entry.prepared_v2(false, now_ms, fresh_producer_id).checked()))
+        }
+        TxnState::CompleteCommit | TxnState::CompleteAbort
+            if matches_result(entry.state) && transaction_version < TV2 =>
+        {
+            Ok(EndOutcome::AlreadyComplete)
+        }
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => Err(TxnError::InvalidTxnState),
+    }
+}
+
+impl TxnEntry {
+    /// Prepare{Commit,Abort} under the same epoch (transactions v1).
+    fn prepared(&self, commit: bool, transaction_version: i16) -> TxnEntry {
+        let mut prepared = self.transition(if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort });
+        prepared.transaction_version = transaction_version;
+        prepared
+    }
+
+    /// Prepare{Commit,Abort} with the epoch bumped (transactions v2); an abort with nothing open
+    /// starts it now, owing no marker.
+    fn prepared_v2(&self, commit: bool, now_ms: i64, fresh_producer_id: impl FnOnce() -> i64) -> TxnEntry {
+        let mut prepared = self.prepared(commit, TV2);
+        if self.state != TxnState::Ongoing {
+            prepared.ongoing_since_ms = now_ms.max(0);
+        }
+        if crate::mutant!(EndTxnWithoutEpochBump) {
+            // The bug: the markers carry the epoch the transaction's writes had.
+        } else if self.producer_epoch >= EPOCH_MAX {
+            // No epoch is left to bump to: the markers go out under the last one, and the
+            // producer continues under a fresh id once they are durable.
+            prepared.next_producer_id = fresh_producer_id();
+        } else {
+            prepared.producer_epoch = self.producer_epoch + 1;
+        }
+        // The epoch before was made by an EndTxn, not an InitProducerId: none to retry.
+        prepared.last_producer_epoch = -1;
+        prepared
+    }
+}
+
+/// The second phase, once every marker is durable: the lists are released, and a v2
+/// transaction that used up its epoch moves to its fresh producer id.
 pub fn complete(entry: &TxnEntry) -> TxnEntry {
     let next = match entry.state {
         TxnState::PrepareCommit => TxnState::CompleteCommit,
@@ -340,7 +496,34 @@ pub fn complete(entry: &TxnEntry) -> TxnEntry {
     done.partitions.clear();
     done.groups.clear();
     done.ongoing_since_ms = -1;
+    if entry.next_producer_id >= 0 {
+        done.previous_producer_id = entry.producer_id;
+        done.producer_id = entry.next_producer_id;
+        done.producer_epoch = 0;
+        done.last_producer_epoch = -1;
+        done.next_producer_id = -1;
+    }
     done.checked()
+}
+
+/// A v2 write (Produce v12+, TxnOffsetCommit v5+) joining the producer's transaction: Ok(None)
+/// if `member` is in it already, else the entry with it added (starting the transaction if
+/// none is open).
+pub fn add_implicitly(
+    entry: &TxnEntry,
+    producer_id: i64,
+    producer_epoch: i16,
+    member: Member<'_>,
+    now_ms: i64,
+) -> Result<Option<TxnEntry>, TxnError> {
+    if verify(entry, producer_id, producer_epoch, member).is_ok() {
+        return Ok(None);
+    }
+    let added = match member {
+        Member::Partition(tp) => add_partitions(entry, producer_id, producer_epoch, std::slice::from_ref(tp), now_ms),
+        Member::Group(group_id) => add_offsets(entry, producer_id, producer_epoch, group_id, now_ms),
+    };
+    added.map(Some)
 }
 
 /// The reaper: an Ongoing transaction past its timeout is aborted with an epoch bump, so that
@@ -396,14 +579,24 @@ mod tests {
         let e = add_partitions(&e, e.producer_id, 0, &[tp("a", 0), tp("b", 1)], 1000).unwrap();
         let e = add_offsets(&e, e.producer_id, 0, "g", 1500).unwrap();
         assert_eq!((e.state, e.ongoing_since_ms, e.partitions.len(), e.groups.len()), (TxnState::Ongoing, 1000, 2, 1));
-        let EndOutcome::Prepared(p) = end_txn(&e, e.producer_id, 0, true).unwrap() else { panic!() };
+        let EndOutcome::Prepared(p) = end_txn(&e, e.producer_id, 0, true, 0, 0, || unreachable!()).unwrap() else {
+            panic!()
+        };
         assert_eq!((p.state, p.partitions.len(), p.groups.len()), (TxnState::PrepareCommit, 2, 1), "the owed markers");
-        assert_eq!(end_txn(&p, p.producer_id, 0, true), Err(TxnError::ConcurrentTransactions), "retry while prepared");
-        assert_eq!(end_txn(&p, p.producer_id, 0, false), Err(TxnError::InvalidTxnState));
+        assert_eq!(
+            end_txn(&p, p.producer_id, 0, true, 0, 0, || unreachable!()),
+            Err(TxnError::ConcurrentTransactions),
+            "retry while prepared"
+        );
+        assert_eq!(end_txn(&p, p.producer_id, 0, false, 0, 0, || unreachable!()), Err(TxnError::InvalidTxnState));
         let c = complete(&p);
         assert_eq!((c.state, c.partitions.len(), c.ongoing_since_ms), (TxnState::CompleteCommit, 0, -1));
-        assert_eq!(end_txn(&c, c.producer_id, 0, true), Ok(EndOutcome::AlreadyComplete), "an idempotent retry");
-        assert_eq!(end_txn(&c, c.producer_id, 0, false), Err(TxnError::InvalidTxnState));
+        assert_eq!(
+            end_txn(&c, c.producer_id, 0, true, 0, 0, || unreachable!()),
+            Ok(EndOutcome::AlreadyComplete),
+            "an idempotent retry"
+        );
+        assert_eq!(end_txn(&c, c.producer_id, 0, false, 0, 0, || unreachable!()), Err(TxnError::InvalidTxnState));
         let next = add_partitions(&c, c.producer_id, 0, &[tp("c", 0)], 2000).unwrap();
         assert_eq!((next.partitions.len(), next.ongoing_since_ms), (1, 2000), "the next transaction starts afresh");
     }
@@ -411,7 +604,11 @@ mod tests {
     #[test]
     fn invalid_requests_get_kafka_errors() {
         let e = first("t");
-        assert_eq!(end_txn(&e, e.producer_id, 0, true), Err(TxnError::InvalidTxnState), "EndTxn on Empty");
+        assert_eq!(
+            end_txn(&e, e.producer_id, 0, true, 0, 0, || unreachable!()),
+            Err(TxnError::InvalidTxnState),
+            "EndTxn on Empty"
+        );
         assert_eq!(add_partitions(&e, 99, 0, &[tp("a", 0)], 0), Err(TxnError::InvalidProducerIdMapping));
         assert_eq!(add_partitions(&e, e.producer_id, 1, &[tp("a", 0)], 0), Err(TxnError::ProducerFenced));
         assert_eq!(add_offsets(&e, e.producer_id, 0, "", 0), Err(TxnError::InvalidTxnState));
@@ -491,10 +688,101 @@ mod tests {
         assert_eq!((aborted.state, aborted.producer_epoch, aborted.partitions.len()), (TxnState::PrepareAbort, 1, 1));
         assert_eq!(time_out(&e, i64::MAX), None, "only Ongoing transactions time out");
         assert_eq!(
-            end_txn(&aborted, e.producer_id, 0, true),
+            end_txn(&aborted, e.producer_id, 0, true, 0, 0, || unreachable!()),
             Err(TxnError::ProducerFenced),
             "the old producer is fenced"
         );
+    }
+
+    fn end_v2(e: &TxnEntry, epoch: i16, commit: bool) -> Result<EndOutcome, TxnError> {
+        end_txn(e, e.producer_id, epoch, commit, TV2, 5_000, || 9 << 40)
+    }
+
+    fn prepared(outcome: Result<EndOutcome, TxnError>) -> TxnEntry {
+        match outcome {
+            Ok(EndOutcome::Prepared(entry)) => entry,
+            other => panic!("not prepared: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_v2_end_bumps_the_epoch_and_its_retry_is_recognised_by_the_epoch_before() {
+        let e = first("t");
+        let added = add_implicitly(&e, e.producer_id, 0, Member::Partition(&tp("a", 0)), 1000).unwrap().unwrap();
+        assert_eq!((added.state, added.partitions.len()), (TxnState::Ongoing, 1), "the write opened the transaction");
+        assert_eq!(add_implicitly(&added, e.producer_id, 0, Member::Partition(&tp("a", 0)), 1001), Ok(None));
+        let p = prepared(end_v2(&added, 0, true));
+        assert_eq!(
+            (p.state, p.producer_epoch, p.partitions.len()),
+            (TxnState::PrepareCommit, 1, 1),
+            "markers at epoch 1"
+        );
+        assert_eq!(end_v2(&p, 0, true), Err(TxnError::ConcurrentTransactions), "a retry while prepared");
+        let c = complete(&p);
+        assert_eq!((c.state, c.producer_epoch, c.last_producer_epoch), (TxnState::CompleteCommit, 1, -1));
+        assert_eq!(end_v2(&c, 0, true), Ok(EndOutcome::AlreadyComplete), "a retry after completion");
+        assert_eq!(end_v2(&c, 0, false), Err(TxnError::InvalidTxnState), "a retry with the other result");
+        assert_eq!(
+            add_implicitly(&c, e.producer_id, 0, Member::Partition(&tp("a", 0)), 2000),
+            Err(TxnError::ProducerFenced),
+            "a late write of the ended transaction cannot join the next one"
+        );
+        assert_eq!(
+            init_producer_id(Some(&c), "t", 60_000, MAX, Some((e.producer_id, 0)), || 0),
+            Err(TxnError::ProducerFenced),
+            "the epoch an EndTxn replaced is not an InitProducerId to retry"
+        );
+        let next = add_implicitly(&c, e.producer_id, 1, Member::Group("g"), 2000).unwrap().unwrap();
+        assert_eq!((next.state, next.groups.len(), next.ongoing_since_ms), (TxnState::Ongoing, 1, 2000));
+    }
+
+    #[test]
+    fn a_v2_abort_with_nothing_open_bumps_the_epoch_and_owes_no_marker() {
+        let e = first("t");
+        assert_eq!(end_v2(&e, 0, true), Err(TxnError::InvalidTxnState), "nothing to commit");
+        let p = prepared(end_v2(&e, 0, false));
+        assert_eq!((p.state, p.producer_epoch, p.partitions.len()), (TxnState::PrepareAbort, 1, 0));
+        let c = complete(&p);
+        assert_eq!(end_v2(&c, 0, false), Ok(EndOutcome::AlreadyComplete), "its retry");
+        let again = prepared(end_v2(&c, 1, false));
+        assert_eq!(again.producer_epoch, 2, "a second empty abort is a new end");
+        assert_eq!(end_v2(&c, 2, false), Err(TxnError::ProducerFenced), "an epoch from the future");
+    }
+
+    #[test]
+    fn a_v2_end_with_its_epoch_used_up_completes_into_a_fresh_producer_id() {
+        let mut e = first("t");
+        e.producer_epoch = EPOCH_MAX;
+        let ongoing = add_partitions(&e, e.producer_id, EPOCH_MAX, &[tp("a", 0)], 0).unwrap();
+        let p = prepared(end_v2(&ongoing, EPOCH_MAX, true));
+        assert_eq!(
+            (p.producer_id, p.producer_epoch, p.next_producer_id),
+            (e.producer_id, EPOCH_MAX, 9 << 40),
+            "the markers go out under the old id"
+        );
+        let c = complete(&p);
+        assert_eq!((c.producer_id, c.producer_epoch, c.previous_producer_id), (9 << 40, 0, e.producer_id));
+        assert_eq!(
+            end_txn(&c, e.producer_id, EPOCH_MAX, true, TV2, 0, || unreachable!()),
+            Ok(EndOutcome::AlreadyComplete),
+            "a retry under the old id"
+        );
+        assert_eq!(
+            end_txn(&c, e.producer_id, 3, true, TV2, 0, || unreachable!()),
+            Err(TxnError::InvalidProducerIdMapping)
+        );
+    }
+
+    #[test]
+    fn a_timeout_abort_fences_a_v2_producer_rather_than_passing_for_its_retry() {
+        let e = first("t");
+        let ongoing = add_implicitly(&e, e.producer_id, 0, Member::Partition(&tp("a", 0)), 0).unwrap().unwrap();
+        let c = complete(&prepared(end_v2(&ongoing, 0, true)));
+        let ongoing = add_implicitly(&c, c.producer_id, 1, Member::Partition(&tp("a", 0)), 10).unwrap().unwrap();
+        let aborted = complete(&time_out(&ongoing, i64::MAX).unwrap());
+        assert_eq!((aborted.state, aborted.producer_epoch), (TxnState::CompleteAbort, 2));
+        assert_eq!(end_v2(&aborted, 1, true), Err(TxnError::ProducerFenced));
+        assert_eq!(end_v2(&aborted, 1, false), Err(TxnError::ProducerFenced));
     }
 
     #[test]

@@ -9,21 +9,22 @@ use crate::env::Env;
 use crate::error::{CoreError, CoreResult};
 use crate::log::batch::BatchHeader;
 use crate::partition::{self, PartitionHandle};
-use crate::txn::coordinator::TxnMember;
+use crate::txn::coordinator::{Join, TxnMember};
 
 impl<E: Env> Broker<E> {
     /// Asks the coordinator of `transactional_id`, wherever it lives, whether `member` is in
-    /// the producer's open transaction.
+    /// the producer's open transaction (or, `Join::Add`, to add it).
     pub async fn verify_txn(
         &self,
         transactional_id: String,
         producer_id: i64,
         producer_epoch: i16,
         member: TxnMember,
+        join: Join,
     ) -> CoreResult<()> {
         match self.membership.view().peer_owning(&txn_key(&transactional_id)) {
-            None => self.txn.verify(transactional_id, producer_id, producer_epoch, member).await,
-            Some(peer) => self.peers.verify(peer, transactional_id, producer_id, producer_epoch, member).await,
+            None => self.txn.verify(transactional_id, producer_id, producer_epoch, member, join).await,
+            Some(peer) => self.peers.verify(peer, transactional_id, producer_id, producer_epoch, member, join).await,
         }
     }
 
@@ -37,6 +38,7 @@ impl<E: Env> Broker<E> {
         tp: (String, i32),
         partition: &PartitionHandle,
         header: &BatchHeader,
+        join: Join,
     ) -> CoreResult<Option<u64>> {
         // Read before the coordinator is asked: a marker written after this voids the answer.
         let view = partition.txn_view();
@@ -48,7 +50,10 @@ impl<E: Env> Broker<E> {
             return Err(CoreError::InvalidTxnState);
         };
         let member = TxnMember::Partition(tp);
-        match self.verify_txn(transactional_id.to_string(), header.producer_id, header.producer_epoch, member).await {
+        match self
+            .verify_txn(transactional_id.to_string(), header.producer_id, header.producer_epoch, member, join)
+            .await
+        {
             Ok(()) => Ok(Some(view.markers_written)),
             Err(CoreError::ProducerFenced) => Err(CoreError::InvalidProducerEpoch),
             Err(

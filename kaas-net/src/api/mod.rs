@@ -36,7 +36,7 @@ use crate::connection::{Answer, Context, Response};
 /// from 0 because librdkafka before 2.11.1 turns compression off when it is not; v0-v2 are
 /// answered with UNSUPPORTED_VERSION, as Kafka 4 does.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 0, 11),
+    (ApiKey::Produce, 0, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 13),
@@ -64,9 +64,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::WriteTxnMarkers, 1, 1),
-    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
@@ -107,7 +107,7 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
     let header = RequestHeader::decode(&mut body, header_version).map_err(|e| format!("bad request header: {e}"))?;
     if version < min || version > max {
         return match key {
-            ApiKey::ApiVersions => Ok(Answer::Now(api_versions::unsupported_version(&header))),
+            ApiKey::ApiVersions => Ok(Answer::Now(api_versions::unsupported_version(&header, &ctx.broker.config))),
             _ => Err(format!("unsupported version {version} of {key:?}")),
         };
     }

@@ -1,14 +1,17 @@
-//! Produce (v3-v11; v0-v2 advertised and refused). Batches are checked (header, CRC, magic)
+//! Produce (v3-v13; v0-v2 advertised and refused; v13 names topics by id). Batches are checked (header, CRC, magic)
 //! and queued on their partition actors in request order before this returns; the answer waits
 //! for the fsync of every partition (acks=1 and acks=all alike: the volume is the replica).
 //!
 //! A transactional batch whose producer has no transaction open in the partition is verified
 //! with the transaction coordinator first (KIP-890 part 1, `Broker::verify_produce`), before
-//! it is queued: the request after it on the connection must not overtake it.
+//! it is queued: the request after it on the connection must not overtake it. From v12 the
+//! client uses transactions v2 (KIP-890 part 2): it sends no AddPartitionsToTxn, and the
+//! verification adds the partition to the transaction instead (`Join::Add`).
 
 use bytes::{Buf, BufMut, Bytes};
 use kaas_core::env::Env;
 use kaas_core::log::batch;
+use kaas_core::txn::coordinator::Join;
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -18,6 +21,9 @@ use tokio::sync::oneshot;
 use super::{encode, raw_header, text};
 use crate::connection::{Answer, Context, Response};
 use crate::error;
+
+/// A topic of the request as named (by name, or from v13 by id) and its partitions' answers.
+type TopicPending = (kafka_protocol::messages::TopicName, uuid::Uuid, Vec<(i32, Pending)>);
 
 enum Pending {
     Done(CoreResult<kaas_core::partition::AppendOutcome>),
@@ -30,18 +36,31 @@ pub async fn handle<E: Env>(
     request: ProduceRequest,
 ) -> Result<Answer, String> {
     let acks = request.acks;
+    let version = header.request_api_version;
     let transactional_id = request.transactional_id.as_ref().map(|t| t.to_string());
+    let join = if version >= 12 { Join::Add } else { Join::Verify };
     // A topic a peer created a moment ago is read now, not at the next rescan.
-    ctx.broker.topics.refresh(request.topic_data.iter().map(|t| t.name.0.as_str())).await;
+    if version >= 13 {
+        ctx.broker.topics.refresh_ids(request.topic_data.iter().map(|t| t.topic_id.as_bytes())).await;
+    } else {
+        ctx.broker.topics.refresh(request.topic_data.iter().map(|t| t.name.0.as_str())).await;
+    }
     let snapshot = ctx.broker.topics.snapshot();
-    let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Pending)>)> = Vec::new();
+    let mut topics: Vec<TopicPending> = Vec::new();
     for topic_data in request.topic_data {
+        let name = match version >= 13 {
+            true => snapshot.names_by_id.get(topic_data.topic_id.as_bytes()).cloned(),
+            false => Some(topic_data.name.0.to_string()),
+        };
         let mut partitions = Vec::new();
         for data in topic_data.partition_data {
             let pending = if !matches!(acks, -1..=1) {
                 Pending::Done(Err(CoreError::InvalidRequiredAcks))
+            } else if name.is_none() {
+                Pending::Done(Err(CoreError::UnknownTopicId))
             } else {
-                match (snapshot.partition(&topic_data.name.0, data.index), data.records) {
+                let name = name.as_deref().unwrap_or_default();
+                match (snapshot.partition(name, data.index), data.records) {
                     (None, _) => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
                     (Some(_), None) => Pending::Done(Err(CoreError::CorruptMessage)),
                     (Some(partition), Some(records)) => match batch::split_produced(&records) {
@@ -55,8 +74,8 @@ pub async fn handle<E: Env>(
                             let guard = match batches.iter().find(|(h, _)| h.is_transactional()) {
                                 None => Ok(None),
                                 Some((h, _)) => {
-                                    let tp = (topic_data.name.0.to_string(), data.index);
-                                    ctx.broker.verify_produce(transactional_id.as_deref(), tp, partition, h).await
+                                    let tp = (name.to_string(), data.index);
+                                    ctx.broker.verify_produce(transactional_id.as_deref(), tp, partition, h, join).await
                                 }
                             };
                             match guard {
@@ -76,16 +95,17 @@ pub async fn handle<E: Env>(
             };
             partitions.push((data.index, pending));
         }
-        topics.push((topic_data.name, partitions));
+        topics.push((topic_data.name, topic_data.topic_id, partitions));
     }
     if acks == 0 {
         return Ok(Answer::Now(Response::Nothing));
     }
     let header = header.clone();
-    let version = header.request_api_version;
     Ok(Answer::Later(Box::pin(async move {
         let mut responses = Vec::new();
-        for (name, partitions) in topics {
+        for (name, topic_id, partitions) in topics {
+            let known = snapshot.names_by_id.get(topic_id.as_bytes());
+            let resolved = if version >= 13 { known.cloned().unwrap_or_default() } else { name.0.to_string() };
             let mut partition_responses = Vec::new();
             for (index, pending) in partitions {
                 // Only an append the partition refused (a sequence, an epoch) tells its log start,
@@ -97,7 +117,7 @@ pub async fn handle<E: Env>(
                     }
                 };
                 let log_start = || {
-                    let partition = snapshot.partition(&name.0, index).filter(|_| appended);
+                    let partition = snapshot.partition(&resolved, index).filter(|_| appended);
                     partition.map_or(-1, |p| p.watermarks().log_start_offset)
                 };
                 // UNKNOWN_PRODUCER_ID came with Kafka 1.0 (Produce v5); older clients know only
@@ -108,8 +128,12 @@ pub async fn handle<E: Env>(
                 };
                 partition_responses.push(partition_response(index, result, log_start));
             }
-            responses
-                .push(TopicProduceResponse::default().with_name(name).with_partition_responses(partition_responses));
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(name)
+                    .with_topic_id(topic_id)
+                    .with_partition_responses(partition_responses),
+            );
         }
         let response = ProduceResponse::default().with_responses(responses);
         encode(ApiKey::Produce, &header, &response)

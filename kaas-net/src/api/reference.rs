@@ -92,7 +92,7 @@ pub const KAFKA_4_4: &[(i16, &str, i16, i16)] = &[
 const NOTES: &[(i16, &str)] = &[
     (
         0,
-        "v0-v2 are advertised (librdkafka before 2.11.1 wants v0) and answered UNSUPPORTED_VERSION, as Kafka 4 does; v12-v13 come with transactions v2",
+        "v0-v2 are advertised (librdkafka before 2.11.1 wants v0) and answered UNSUPPORTED_VERSION, as Kafka 4 does; v12+ is transactions v2 (a write adds its partition to the transaction), advertised while `transaction.version` is 2",
     ),
     (2, "by timestamp: the first record at or after it, read inside its batch"),
     (3, "a partition's leader is its owner on the shared volume; replicas and ISR name the owner alone"),
@@ -101,9 +101,12 @@ const NOTES: &[(i16, &str)] = &[
     (15, "v6 not yet"),
     (17, "no authentication yet: PLAINTEXT only"),
     (18, "v5 not yet"),
-    (26, "v5 comes with transactions v2"),
-    (27, "v2 not yet"),
-    (28, "v4-v6 come with transactions v2"),
+    (26, "v5 is transactions v2 (the epoch bumps at every end), advertised while `transaction.version` is 2"),
+    (27, "v2 not yet (kafka-protocol 0.18 has no struct for it); brokers of one volume call each other with v1"),
+    (
+        28,
+        "v5 is transactions v2 (the commit adds its group to the transaction), advertised while `transaction.version` is 2; v6 not yet (kafka-protocol 0.18 has no struct for it)",
+    ),
     (29, "no authorizer: SECURITY_DISABLED, as Apache answers without one"),
     (30, "no authorizer: SECURITY_DISABLED, as Apache answers without one"),
     (31, "no authorizer: SECURITY_DISABLED, as Apache answers without one"),

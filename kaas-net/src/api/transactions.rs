@@ -1,6 +1,6 @@
 //! The transactional producer's APIs (KIP-98, KIP-447, KIP-664): AddPartitionsToTxn (v0-v5,
-//! the batched and verify-only v4+ form included), AddOffsetsToTxn (v0-v4), EndTxn (v0-v4),
-//! TxnOffsetCommit (v0-v3), WriteTxnMarkers (v1), ListTransactions (v0-v1) and
+//! the batched and verify-only v4+ form included), AddOffsetsToTxn (v0-v4), EndTxn (v0-v5),
+//! TxnOffsetCommit (v0-v5), WriteTxnMarkers (v1), ListTransactions (v0-v1) and
 //! DescribeTransactions (v0). Each decodes, asks the transaction coordinator (or the group
 //! coordinator, or a partition), and encodes; the state machine lives in kaas-core.
 
@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use kaas_core::cluster::peers::{Markers, member_from_wire, member_on_wire};
 use kaas_core::env::{Clock, Env};
 use kaas_core::group::{CommitRequest, CommittedOffset};
-use kaas_core::txn::coordinator::TxnMember;
-use kaas_core::txn::state::{TxnEntry, TxnState};
+use kaas_core::txn::coordinator::{Join, TxnMember};
+use kaas_core::txn::state::{TV2, TxnEntry, TxnState};
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
@@ -60,15 +60,17 @@ fn transactional_id(id: &TransactionalId) -> CoreResult<String> {
     Ok(id.0.to_string())
 }
 
-/// Adds (or, verify_only, checks) one transaction's partitions. Every partition gets the same
-/// answer, except that unknown partitions get UNKNOWN_TOPIC_OR_PARTITION and, if there are
-/// any, the others OPERATION_NOT_ATTEMPTED, as Apache answers.
+/// Adds one transaction's partitions (a client, v0-v3: `join` None), or, from a partition's or
+/// a group's owner (v4+), checks each member is in the transaction or adds it for a v2 write.
+/// Every partition of a client's add gets the same answer, except that unknown partitions get
+/// UNKNOWN_TOPIC_OR_PARTITION and, if there are any, the others OPERATION_NOT_ATTEMPTED, as
+/// Apache answers.
 async fn add_partitions<E: Env>(
     ctx: &Context<E>,
     id: &TransactionalId,
     producer_id: i64,
     producer_epoch: i16,
-    verify_only: bool,
+    join: Option<Join>,
     topics: &[AddPartitionsToTxnTopic],
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     let snapshot = ctx.broker.topics.snapshot();
@@ -80,7 +82,7 @@ async fn add_partitions<E: Env>(
             let tp = (t.name.0.to_string(), p);
             match member_from_wire(&tp.0, p) {
                 // A peer verifying a TxnOffsetCommit for the group it owns.
-                TxnMember::Group(g) if verify_only => groups.push((tp, g)),
+                TxnMember::Group(g) if join.is_some() => groups.push((tp, g)),
                 _ if snapshot.partition(&tp.0, p).is_some() => wanted.push(tp),
                 _ => unknown.push(tp),
             }
@@ -98,11 +100,11 @@ async fn add_partitions<E: Env>(
         let txn = &ctx.broker.txn;
         let result = match transactional_id(id) {
             Err(e) => Err(e),
-            Ok(id) if verify_only => {
+            Ok(id) if let Some(join) = join => {
                 let mut result = Ok(());
                 let members = wanted.iter().map(|tp| (tp.clone(), TxnMember::Partition(tp.clone())));
                 for (tp, member) in members.chain(groups.into_iter().map(|(tp, g)| (tp, TxnMember::Group(g)))) {
-                    let verified = txn.verify(id.clone(), producer_id, producer_epoch, member).await;
+                    let verified = txn.verify(id.clone(), producer_id, producer_epoch, member, join).await;
                     codes.insert(tp, error::code_of(&verified));
                     result = result.and(verified);
                 }
@@ -141,7 +143,7 @@ pub async fn add_partitions_to_txn<E: Env>(
             &request.v3_and_below_transactional_id,
             request.v3_and_below_producer_id.0,
             request.v3_and_below_producer_epoch,
-            false,
+            None,
             &request.v3_and_below_topics,
         )
         .await;
@@ -149,8 +151,11 @@ pub async fn add_partitions_to_txn<E: Env>(
     }
     let mut results = Vec::new();
     for t in &request.transactions {
+        // v4+ comes from brokers: a partition's leader verifying a v1 write, or adding the
+        // partition for a v2 write.
+        let join = if t.verify_only { Join::Verify } else { Join::Add };
         let topics =
-            add_partitions(ctx, &t.transactional_id, t.producer_id.0, t.producer_epoch, t.verify_only, &t.topics).await;
+            add_partitions(ctx, &t.transactional_id, t.producer_id.0, t.producer_epoch, Some(join), &t.topics).await;
         results.push(
             AddPartitionsToTxnResult::default()
                 .with_transactional_id(t.transactional_id.clone())
@@ -176,19 +181,34 @@ pub async fn add_offsets_to_txn<E: Env>(
     AddOffsetsToTxnResponse::default().with_error_code(error::code_of(&result))
 }
 
-pub async fn end_txn<E: Env>(ctx: &Context<E>, _header: &RequestHeader, request: EndTxnRequest) -> EndTxnResponse {
+/// EndTxn; from v5 (transactions v2, when the broker's `transaction.version` is 2) the epoch
+/// bumps, and the answer names the producer id and epoch to go on with.
+pub async fn end_txn<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: EndTxnRequest) -> EndTxnResponse {
+    let transaction_version = match header.request_api_version >= 5 {
+        true => ctx.broker.config.transaction_version.min(TV2),
+        false => 0,
+    };
     let result = match transactional_id(&request.transactional_id) {
         Err(e) => Err(e),
-        Ok(id) => ctx.broker.txn.end_txn(id, request.producer_id.0, request.producer_epoch, request.committed).await,
+        Ok(id) => {
+            let (producer_id, producer_epoch, commit) =
+                (request.producer_id.0, request.producer_epoch, request.committed);
+            ctx.broker.txn.end_txn(id, producer_id, producer_epoch, commit, transaction_version).await
+        }
     };
-    EndTxnResponse::default().with_error_code(error::code_of(&result)).with_producer_id(ProducerId(-1))
+    let (producer_id, producer_epoch) = *result.as_ref().unwrap_or(&(-1, -1));
+    EndTxnResponse::default()
+        .with_error_code(error::code_of(&result.map(|_| ())))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(producer_epoch)
 }
 
 /// Stages the offsets of a consume-transform-produce transaction (KIP-447): the producer's
-/// transaction must be open with the group added, and the member (v3) current in the group.
+/// transaction must be open with the group added (from v5, transactions v2, the commit adds
+/// it), and the member (v3) current in the group.
 pub async fn txn_offset_commit<E: Env>(
     ctx: &Context<E>,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     request: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
     let unknown = unknown_partitions(
@@ -200,7 +220,8 @@ pub async fn txn_offset_commit<E: Env>(
             .collect(),
     )
     .await;
-    let result = stage(ctx, &request, &unknown).await;
+    let join = if header.request_api_version >= 5 { Join::Add } else { Join::Verify };
+    let result = stage(ctx, &request, &unknown, join).await;
     let code = error::code_of(&result);
     let topics = request
         .topics
@@ -231,6 +252,7 @@ async fn stage<E: Env>(
     ctx: &Context<E>,
     request: &TxnOffsetCommitRequest,
     unknown: &BTreeSet<(String, i32)>,
+    join: Join,
 ) -> CoreResult<()> {
     let known = |t: &TxnOffsetCommitRequestTopic, p: i32| !unknown.contains(&(t.name.0.to_string(), p));
     if !request.topics.iter().any(|t| t.partitions.iter().any(|p| known(t, p.partition_index))) {
@@ -244,7 +266,7 @@ async fn stage<E: Env>(
     let (producer_id, producer_epoch) = (request.producer_id.0, request.producer_epoch);
     // Read before the coordinator is asked: an end of the transaction after this voids the answer.
     let guard = ctx.broker.groups.txn_guard().await?;
-    ctx.broker.verify_txn(id, producer_id, producer_epoch, TxnMember::Group(group_id.clone())).await?;
+    ctx.broker.verify_txn(id, producer_id, producer_epoch, TxnMember::Group(group_id.clone()), join).await?;
     let now_ms = ctx.broker.env.clock().now_ms();
     let mut offsets = Vec::new();
     for t in &request.topics {

@@ -477,9 +477,17 @@ impl Client {
         group: &str,
         topic: &str,
         offsets: &[(i32, i64)],
+        tv2: bool,
     ) -> Outcome<()> {
         let route = Route::Coordinator(GROUP, group.to_string());
-        routed!(self, route, "txn-offset-commit", |c| c.txn_offset_commit(transactional_id, ids, group, topic, offsets))
+        routed!(self, route, "txn-offset-commit", |c| c.txn_offset_commit(
+            transactional_id,
+            ids,
+            group,
+            topic,
+            offsets,
+            tv2
+        ))
     }
 
     pub async fn end_txn(&mut self, transactional_id: &str, ids: (i64, i16), commit: bool) -> Outcome<()> {
@@ -487,6 +495,13 @@ impl Client {
         routed!(self, route, "end-txn", |c| c.end_txn(transactional_id, ids, commit))
     }
 
+    /// EndTxn v5 (transactions v2): the producer id and epoch to go on with.
+    pub async fn end_txn_v2(&mut self, transactional_id: &str, ids: (i64, i16), commit: bool) -> Outcome<(i64, i16)> {
+        let route = Route::Coordinator(TRANSACTION, transactional_id.to_string());
+        routed!(self, route, "end-txn", |c| c.end_txn_v2(transactional_id, ids, commit))
+    }
+
+    #[allow(clippy::too_many_arguments)]
     pub async fn produce_txn(
         &mut self,
         transactional_id: &str,
@@ -495,6 +510,7 @@ impl Client {
         values: &[Bytes],
         timestamp_ms: i64,
         stamp: ProducerStamp,
+        tv2: bool,
     ) -> Outcome<i64> {
         let route = Route::Leader(topic.to_string(), partition);
         routed!(self, route, "produce-txn", |c| c.produce_txn(
@@ -503,7 +519,8 @@ impl Client {
             partition,
             values,
             timestamp_ms,
-            stamp
+            stamp,
+            tv2
         ))
     }
 

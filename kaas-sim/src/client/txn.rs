@@ -98,8 +98,9 @@ impl WireClient {
         }
     }
 
-    /// TxnOffsetCommit (v3) of partitions' offsets, without group membership (generation -1,
-    /// as a consumer with assigned partitions sends it).
+    /// TxnOffsetCommit (v3; v5 with `tv2`, which adds the group to the transaction) of
+    /// partitions' offsets, without group membership (generation -1, as a consumer with
+    /// assigned partitions sends it).
     pub async fn txn_offset_commit(
         &mut self,
         transactional_id: &str,
@@ -107,11 +108,14 @@ impl WireClient {
         group: &str,
         topic: &str,
         offsets: &[(i32, i64)],
+        tv2: bool,
     ) -> Outcome<()> {
-        self.txn_offset_commit_as(transactional_id, ids, group, &Member::default(), topic, offsets).await
+        self.txn_offset_commit_as(transactional_id, ids, group, &Member::default(), topic, offsets, tv2).await
     }
 
-    /// TxnOffsetCommit (v3) as `member` of the group (KIP-447's group metadata).
+    /// TxnOffsetCommit (v3, or v5 with `tv2`) as `member` of the group (KIP-447's group
+    /// metadata).
+    #[allow(clippy::too_many_arguments)]
     pub async fn txn_offset_commit_as(
         &mut self,
         transactional_id: &str,
@@ -120,6 +124,7 @@ impl WireClient {
         member: &Member,
         topic: &str,
         offsets: &[(i32, i64)],
+        tv2: bool,
     ) -> Outcome<()> {
         let partitions = offsets
             .iter()
@@ -135,30 +140,48 @@ impl WireClient {
             .with_topics(vec![
                 TxnOffsetCommitRequestTopic::default().with_name(TopicName(text(topic))).with_partitions(partitions),
             ]);
-        match self.call::<_, TxnOffsetCommitResponse>(ApiKey::TxnOffsetCommit, 3, &request).await {
+        let version = if tv2 { 5 } else { 3 };
+        match self.call::<_, TxnOffsetCommitResponse>(ApiKey::TxnOffsetCommit, version, &request).await {
             Ok(r) => first_error(r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code))),
             Err(_) => Outcome::Indefinite,
         }
     }
 
-    pub async fn end_txn(
+    pub async fn end_txn(&mut self, transactional_id: &str, ids: (i64, i16), commit: bool) -> Outcome<()> {
+        match self.end_txn_version(transactional_id, ids, commit, 3).await {
+            Outcome::Ok(_) => Outcome::Ok(()),
+            Outcome::Failed(code) => Outcome::Failed(code),
+            Outcome::Indefinite => Outcome::Indefinite,
+        }
+    }
+
+    /// EndTxn v5 (transactions v2): the producer id and epoch to go on with, bumped.
+    pub async fn end_txn_v2(&mut self, transactional_id: &str, ids: (i64, i16), commit: bool) -> Outcome<(i64, i16)> {
+        self.end_txn_version(transactional_id, ids, commit, 5).await
+    }
+
+    async fn end_txn_version(
         &mut self,
         transactional_id: &str,
         (producer_id, producer_epoch): (i64, i16),
         commit: bool,
-    ) -> Outcome<()> {
+        version: i16,
+    ) -> Outcome<(i64, i16)> {
         let request = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(text(transactional_id)))
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(producer_epoch)
             .with_committed(commit);
-        match self.call::<_, EndTxnResponse>(ApiKey::EndTxn, 3, &request).await {
-            Ok(r) => first_error([r.error_code]),
+        match self.call::<_, EndTxnResponse>(ApiKey::EndTxn, version, &request).await {
+            Ok(r) if r.error_code == 0 => Outcome::Ok((r.producer_id.0, r.producer_epoch)),
+            Ok(r) => Outcome::Failed(r.error_code),
             Err(_) => Outcome::Indefinite,
         }
     }
 
-    /// Produces one transactional acks=all batch; its base offset on success.
+    /// Produces one transactional acks=all batch; its base offset on success. With `tv2` it
+    /// is Produce v12, which adds the partition to the transaction (no AddPartitionsToTxn).
+    #[allow(clippy::too_many_arguments)]
     pub async fn produce_txn(
         &mut self,
         transactional_id: &str,
@@ -167,12 +190,14 @@ impl WireClient {
         values: &[Bytes],
         timestamp_ms: i64,
         stamp: ProducerStamp,
+        tv2: bool,
     ) -> Outcome<i64> {
         let Ok(request) = produce_request(topic, partition, values, timestamp_ms, stamp, -1, Some(transactional_id))
         else {
             return Outcome::Failed(-1);
         };
-        match self.call::<_, ProduceResponse>(ApiKey::Produce, 9, &request).await {
+        let version = if tv2 { 12 } else { 9 };
+        match self.call::<_, ProduceResponse>(ApiKey::Produce, version, &request).await {
             Err(_) => Outcome::Indefinite,
             Ok(response) => match response.responses.first().and_then(|t| t.partition_responses.first()) {
                 Some(p) if p.error_code == 0 => Outcome::Ok(p.base_offset),

@@ -47,6 +47,9 @@ pub struct Copier {
     /// `in` and `out` spread over 3 to 5 brokers on one data directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leases: Option<Leases>,
+    /// The slots whose copiers speak transactions v2 (KIP-890 part 2); the rest v1.
+    #[serde(default)]
+    pub tv2_slots: Vec<i32>,
 }
 
 impl Copier {
@@ -66,16 +69,19 @@ impl Copier {
         if let Some(point) = crash_point {
             common.arm(point);
         }
+        let slots = rng.random_range(1..=partitions);
         Copier {
             common,
             partitions,
             records_per_partition,
-            slots: rng.random_range(1..=partitions),
+            slots,
             stop_per_mille: rng.random_range(10..60),
             pause_per_mille: rng.random_range(0..600),
             transaction_timeout_ms: rng.random_range(3_000..10_000),
             segment_bytes: rng.random_range(2048..32_768),
             leases,
+            // Drawn last, so that the rest of a seed's world is what it was before v2.
+            tv2_slots: (0..slots).filter(|_| rng.random_bool(0.5)).collect(),
         }
     }
 
@@ -198,6 +204,7 @@ async fn workload(c: Copier, world: Shared, progress: SharedProgress) -> turmoil
         pause_per_mille: c.pause_per_mille,
         pause_ms_max: 2000,
         transaction_timeout_ms: c.transaction_timeout_ms,
+        tv2_slots: c.tv2_slots.clone(),
     };
     let tasks: Vec<_> = (0..c.slots)
         .map(|s| {

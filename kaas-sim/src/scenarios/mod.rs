@@ -116,13 +116,17 @@ pub const ALL: &[Scenario] = &[
         "txn-timeout",
         "producers quiet past their transaction timeout, one gone: the reaper aborts and fences them",
     ),
+    scenario::<transactions::TxnLateWrite>(
+        "txn-late-write",
+        "transactions v2 (KIP-890): a write held back past its transaction's abort arrives in the next one and must be fenced",
+    ),
     scenario::<copier::Copier>(
         "txn-copier",
         "consume-transform-produce copiers committing offsets in their transactions, pausing and resuming as zombies",
     ),
     scenario::<transactions::ClusterTxn>(
         "cluster-txn",
-        "the txn-crash, txn-zombie and txn-timeout worlds on 3-5 brokers: coordinator, partitions and readers apart",
+        "the txn-crash, txn-zombie, txn-timeout and txn-late-write worlds on 3-5 brokers: coordinator, partitions and readers apart",
     ),
     scenario::<copier::ClusterCopier>(
         "cluster-copier",

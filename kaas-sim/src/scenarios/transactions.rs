@@ -10,7 +10,15 @@
 //!   it may take effect, and each refusal must be one a client stops on (fatal, not retriable);
 //! - `txn-timeout`: producers go quiet past their transaction timeout mid-transaction (and one
 //!   vanishes): the reaper aborts them with an epoch bump, and a producer that wakes up must be
-//!   fenced, not allowed to go on into a second, torn half of its transaction.
+//!   fenced, not allowed to go on into a second, torn half of its transaction;
+//! - `txn-late-write`: KIP-890's case. Transactions v2 producers hold back a write to a
+//!   partition their transaction has not written yet, abort (as a client whose write timed
+//!   out does), and the held write arrives during the next transaction. The abort bumped the
+//!   epoch, so it must be refused; had it not, the write would join the next transaction and
+//!   be committed with it.
+//!
+//! Each producer speaks transactions v1 or v2 (KIP-890 part 2: no AddPartitionsToTxn, EndTxn
+//! v5 bumping the epoch), as the world draws it.
 //!
 //! read_committed consumers read along the whole time. Some worlds keep a small retention, so
 //! segments are deleted under open transactions' feet. After the liveness phase every
@@ -47,6 +55,7 @@ pub enum Mode {
     Crash,
     Zombie,
     Timeout,
+    LateWrite,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +81,9 @@ pub struct Txn {
     /// settings, so that the coordinator, the partitions and the readers' brokers differ.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leases: Option<Leases>,
+    /// Per transactional id: whether its producers speak transactions v2.
+    #[serde(default)]
+    pub tv2: Vec<bool>,
 }
 
 impl Txn {
@@ -122,6 +134,8 @@ impl Txn {
             retention_bytes,
             common,
             leases,
+            // Drawn last, so that the rest of a seed's world is what it was before v2.
+            tv2: (0..producers).map(|_| mode == Mode::LateWrite || rng.random_bool(0.5)).collect(),
         }
     }
 
@@ -195,15 +209,16 @@ macro_rules! txn_world {
 txn_world!(TxnCrash, Mode::Crash, "txn-crash");
 txn_world!(TxnZombie, Mode::Zombie, "txn-zombie");
 txn_world!(TxnTimeout, Mode::Timeout, "txn-timeout");
+txn_world!(TxnLateWrite, Mode::LateWrite, "txn-late-write");
 
-/// `cluster-txn`: the three modes above, drawn per seed, on a cluster.
+/// `cluster-txn`: the four modes above, drawn per seed, on a cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ClusterTxn(pub Txn);
 
 impl World for ClusterTxn {
     fn draw(seed: u64) -> Self {
-        let mode = [Mode::Crash, Mode::Zombie, Mode::Timeout][(seed % 3) as usize];
+        let mode = [Mode::Crash, Mode::Zombie, Mode::Timeout, Mode::LateWrite][(seed % 4) as usize];
         ClusterTxn(Txn::draw_on(mode, seed, true))
     }
 
@@ -238,13 +253,19 @@ async fn producer(id: usize, t: Txn, world: Shared, txns: SharedTxns, seed: u64)
             &txns,
         )
     };
+    let tv2 = t.tv2.get(id).copied().unwrap_or(false);
     let mut p = start("a").await;
+    p.tv2 = tv2;
     let gone = t.mode == Mode::Timeout && id == 0 && rng.random_bool(0.5);
+    let mut late = None;
     let mut pauses_left = PAUSES_MAX;
     for n in 0..t.txns_per_producer {
         if t.mode == Mode::Zombie && n == t.takeover_after {
             zombie(p, &t, n).await;
             p = start("b").await;
+            // The successor speaks the other version: an id moves from v1 clients to v2 ones
+            // (or back), and a zombie of either kind is fenced by the other.
+            p.tv2 = !tv2;
         }
         let count = rng.random_range(1..=t.partitions.min(3)) as usize;
         let first = rng.random_range(0..t.partitions);
@@ -272,8 +293,35 @@ async fn producer(id: usize, t: Txn, world: Shared, txns: SharedTxns, seed: u64)
             Pause { ms, extra_partition: (first + count as i32) % t.partitions }
         });
         let records: Vec<usize> = (0..t.all_partitions()).map(|_| rng.random_range(1..=3)).collect();
+        if t.mode == Mode::LateWrite && late.is_none() && n + 1 < t.txns_per_producer && rng.random_bool(0.5) {
+            // Write, hold back one more write to a partition not written yet, and abort.
+            partitions.truncate((t.partitions - 1) as usize);
+            let spare = (0..t.partitions).find(|q| !partitions.contains(q)).expect("a partition left");
+            p.begin(&name);
+            let mut wrote = true;
+            for (b, &partition) in partitions.iter().enumerate() {
+                let values = values_of(&name, partition, b, records[partition as usize]);
+                wrote &= matches!(p.produce(partition, &values).await, Outcome::Ok(_));
+            }
+            late = wrote.then(|| p.hold(spare, &values_of(&name, spare, partitions.len(), 1)));
+            let fate = p.end(false).await;
+            p.settle(fate);
+            if !wrote || fate == Fate::Unknown {
+                let current = p.ids;
+                p.init(Some(current)).await;
+            }
+            continue;
+        }
+        let held = late.take();
+        if let Some(held) = &held {
+            // The next transaction writes elsewhere: the late write is the only one there.
+            partitions.retain(|&q| q != held.partition);
+            if partitions.is_empty() {
+                partitions.push((held.partition + 1) % t.partitions);
+            }
+        }
         let (_, must_bump) =
-            transactional::attempt(&mut p, &name, &partitions, abort, pause, |p| records[p as usize]).await;
+            transactional::attempt(&mut p, &name, &partitions, abort, pause, held, |p| records[p as usize]).await;
         if must_bump {
             let current = p.ids;
             p.init(Some(current)).await;

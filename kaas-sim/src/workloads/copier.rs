@@ -40,6 +40,9 @@ pub struct Plan {
     /// The longest a paused instance stays away.
     pub pause_ms_max: u64,
     pub transaction_timeout_ms: i32,
+    /// The slots whose instances speak transactions v2 (KIP-890 part 2): no AddPartitionsToTxn
+    /// nor AddOffsetsToTxn, and EndTxn v5's bumped epoch.
+    pub tv2_slots: Vec<i32>,
 }
 
 /// What the copiers did, for the checker and the fault triggers.
@@ -137,7 +140,8 @@ async fn instance(
     let timeout = plan.transaction_timeout_ms;
     let init =
         retrying!(client, "init-txn-producer", (-1, -1), world, client.init_txn_producer(&tid, timeout, None).await);
-    let Outcome::Ok(ids) = init else { return Stop::Crashed };
+    let Outcome::Ok(mut ids) = init else { return Stop::Crashed };
+    let tv2 = plan.tv2_slots.contains(&slot);
     let committed =
         retrying!(client, "resume", ids, world, client.committed_offsets_stable(&plan.group, &plan.input, &mine).await);
     let Outcome::Ok(committed) = committed else { return Stop::Crashed };
@@ -171,13 +175,16 @@ async fn instance(
         }
         let offsets: Vec<(i32, i64)> = batch.iter().map(|(p, _, next)| (*p, *next)).collect();
         let partitions: Vec<i32> = batch.iter().map(|(p, _, _)| *p).collect();
-        let added = retrying!(
-            client,
-            "add-partitions",
-            ids,
-            world,
-            client.add_partitions_to_txn(&tid, ids, &plan.output, &partitions).await
-        );
+        let added = match tv2 {
+            true => Outcome::Ok(()),
+            false => retrying!(
+                client,
+                "add-partitions",
+                ids,
+                world,
+                client.add_partitions_to_txn(&tid, ids, &plan.output, &partitions).await
+            ),
+        };
         if !matches!(added, Outcome::Ok(())) || stops_here(&mut rng, &mut life, &plan, &world, &name, &mut paused).await
         {
             return if life == Life::Zombie { Stop::Zombie } else { Stop::Crashed };
@@ -189,7 +196,7 @@ async fn instance(
             let values: Vec<Bytes> = offsets.iter().map(|o| copy_of(*p, *o)).collect();
             let base_sequence = *sequences.get(p).unwrap_or(&0);
             let stamp = ProducerStamp { producer_id: ids.0, producer_epoch: ids.1, base_sequence };
-            let outcome = client.produce_txn(&tid, &plan.output, *p, &values, now_ms(), stamp).await;
+            let outcome = client.produce_txn(&tid, &plan.output, *p, &values, now_ms(), stamp, tv2).await;
             let detail = serde_json::json!({"partition": p, "ids": ids, "base_sequence": base_sequence});
             world.lock().unwrap().history.record(&name, "produce-copies", &outcome_name(&outcome), detail);
             if !matches!(outcome, Outcome::Ok(_)) {
@@ -201,7 +208,10 @@ async fn instance(
             return Stop::Crashed;
         }
         let group = plan.group.clone();
-        let added = retrying!(client, "add-offsets", ids, world, client.add_offsets_to_txn(&tid, ids, &group).await);
+        let added = match tv2 {
+            true => Outcome::Ok(()),
+            false => retrying!(client, "add-offsets", ids, world, client.add_offsets_to_txn(&tid, ids, &group).await),
+        };
         if !matches!(added, Outcome::Ok(())) {
             return if life == Life::Zombie { Stop::Zombie } else { Stop::Crashed };
         }
@@ -210,7 +220,7 @@ async fn instance(
             "txn-offset-commit",
             ids,
             world,
-            client.txn_offset_commit(&tid, ids, &group, &plan.input, &offsets).await
+            client.txn_offset_commit(&tid, ids, &group, &plan.input, &offsets, tv2).await
         );
         if !matches!(staged, Outcome::Ok(()))
             || stops_here(&mut rng, &mut life, &plan, &world, &name, &mut paused).await
@@ -221,7 +231,14 @@ async fn instance(
         // is answered as done.
         let mut tries = 0;
         loop {
-            let outcome = client.end_txn(&tid, ids, true).await;
+            let outcome = match tv2 {
+                true => client.end_txn_v2(&tid, ids, true).await,
+                false => match client.end_txn(&tid, ids, true).await {
+                    Outcome::Ok(()) => Outcome::Ok(ids),
+                    Outcome::Failed(code) => Outcome::Failed(code),
+                    Outcome::Indefinite => Outcome::Indefinite,
+                },
+            };
             world.lock().unwrap().history.record(
                 &name,
                 "commit-copies",
@@ -229,7 +246,14 @@ async fn instance(
                 serde_json::json!({"ids": ids}),
             );
             match outcome {
-                Outcome::Ok(()) => break,
+                Outcome::Ok(next) => {
+                    if next != ids {
+                        // A new epoch (v2) starts every partition's sequence at 0.
+                        ids = next;
+                        sequences.clear();
+                    }
+                    break;
+                }
                 Outcome::Failed(code) if retriable(code) && tries < RETRIABLE_STREAK_MAX => {
                     tries += 1;
                     backoff().await

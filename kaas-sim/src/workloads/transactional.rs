@@ -3,6 +3,10 @@
 //! them, and every attempt recorded for the transaction checker: its values and their
 //! offsets, when it began, where it opened, when its end was asked for.
 //!
+//! A producer with `tv2` speaks transactions v2 (KIP-890 part 2) as the Java client and
+//! franz-go do: no AddPartitionsToTxn (Produce v12 adds the partition), EndTxn v5 and the
+//! bumped epoch it answers, sequences from 0 under each new epoch.
+//!
 //! Retry policy: a retriable answer (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
 //! CONCURRENT_TRANSACTIONS, KAFKA_STORAGE_ERROR) is retried after a pause, a lost connection
 //! too; a fenced answer (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) ends the attempt. A broker
@@ -105,6 +109,8 @@ pub struct Producer {
     pub sequences: BTreeMap<i32, i32>,
     /// Partitions where a batch of this instance was acked, whatever its epoch: they know it.
     pub acked_in: BTreeSet<i32>,
+    /// Transactions v2 (KIP-890 part 2).
+    pub tv2: bool,
     world: Shared,
     txns: SharedTxns,
     /// The attempt being recorded, as an index into the attempts.
@@ -131,6 +137,7 @@ impl Producer {
             ids: (-1, -1),
             sequences: BTreeMap::new(),
             acked_in: BTreeSet::new(),
+            tv2: false,
             world: world.clone(),
             txns: txns.clone(),
             attempt: None,
@@ -202,7 +209,8 @@ impl Producer {
         }
     }
 
-    /// AddPartitionsToTxn until it answers: Ok(()) or the error that ends the attempt.
+    /// AddPartitionsToTxn until it answers: Ok(()) or the error that ends the attempt. A v2
+    /// producer sends none: its writes add their partitions.
     pub async fn add_partitions(&mut self, partitions: &[i32]) -> Result<(), i16> {
         let mut streak = Streak::new();
         loop {
@@ -211,6 +219,9 @@ impl Producer {
             self.with_attempt(|a| {
                 a.started.get_or_insert((sent, started_ms));
             });
+            if self.tv2 {
+                return Ok(());
+            }
             let topic = self.topic.clone();
             let outcome = self.client.add_partitions_to_txn(&self.transactional_id, self.ids, &topic, partitions).await;
             self.record("add-partitions", &outcome, serde_json::json!({"partitions": partitions, "ids": self.ids}));
@@ -230,26 +241,45 @@ impl Producer {
 
     /// One transactional batch, sent once: a failure of any kind makes the attempt abort.
     pub async fn produce(&mut self, partition: i32, values: &[Bytes]) -> Outcome<i64> {
+        let held = self.hold(partition, values);
+        let next_sequence = held.stamp.base_sequence + values.len() as i32;
+        let outcome = self.send_held(held).await;
+        if matches!(outcome, Outcome::Ok(_)) {
+            self.sequences.insert(partition, next_sequence);
+        }
+        outcome
+    }
+
+    /// A batch of the current attempt, stamped and recorded but not sent: what a request the
+    /// network delays is, until `send_held` delivers it.
+    pub fn hold(&mut self, partition: i32, values: &[Bytes]) -> Held {
         self.with_attempt(|a| a.values.extend(values.iter().map(|v| (partition, v.clone(), None))));
         let base_sequence = *self.sequences.get(&partition).unwrap_or(&0);
         let stamp = ProducerStamp { producer_id: self.ids.0, producer_epoch: self.ids.1, base_sequence };
+        Held { attempt: self.attempt, partition, values: values.to_vec(), stamp }
+    }
+
+    /// Sends a held batch, now, with the stamp it was given; what it was answered is recorded
+    /// in the attempt it belongs to.
+    pub async fn send_held(&mut self, held: Held) -> Outcome<i64> {
+        let Held { attempt, partition, values, stamp } = held;
         let topic = self.topic.clone();
-        let outcome = self.client.produce_txn(&self.transactional_id, &topic, partition, values, now_ms(), stamp).await;
-        let detail = serde_json::json!({"partition": partition, "ids": self.ids, "base_sequence": base_sequence});
+        let (id, tv2) = (self.transactional_id.clone(), self.tv2);
+        let outcome = self.client.produce_txn(&id, &topic, partition, &values, now_ms(), stamp, tv2).await;
+        let ids = (stamp.producer_id, stamp.producer_epoch);
+        let detail = serde_json::json!({"partition": partition, "ids": ids, "base_sequence": stamp.base_sequence});
         let answered = self.record("produce-txn", &outcome, detail);
-        if let Outcome::Ok(base) = outcome {
-            self.sequences.insert(partition, base_sequence + values.len() as i32);
+        if let (Outcome::Ok(base), Some(i)) = (&outcome, attempt) {
             self.acked_in.insert(partition);
-            self.with_attempt(|a| {
-                for (i, v) in values.iter().enumerate() {
-                    if let Some(slot) = a.values.iter_mut().find(|(_, sent, _)| sent == v) {
-                        slot.2 = Some(base + i as i64);
-                    }
+            let a = &mut self.txns.lock().unwrap().history.attempts[i];
+            for (i, v) in values.iter().enumerate() {
+                if let Some(slot) = a.values.iter_mut().find(|(_, sent, _)| sent == v) {
+                    slot.2 = Some(base + i as i64);
                 }
-                if !a.opened.iter().any(|o| o.partition == partition) {
-                    a.opened.push(Opened { partition, offset: base, acked_seq: answered });
-                }
-            });
+            }
+            if !a.opened.iter().any(|o| o.partition == partition) {
+                a.opened.push(Opened { partition, offset: *base, acked_seq: answered });
+            }
         }
         outcome
     }
@@ -266,10 +296,24 @@ impl Producer {
                     a.commit_sent.get_or_insert(sent);
                 }
             });
-            let outcome = self.client.end_txn(&self.transactional_id, self.ids, commit).await;
+            let outcome = match self.tv2 {
+                true => self.client.end_txn_v2(&self.transactional_id, self.ids, commit).await,
+                false => match self.client.end_txn(&self.transactional_id, self.ids, commit).await {
+                    Outcome::Ok(()) => Outcome::Ok(self.ids),
+                    Outcome::Failed(code) => Outcome::Failed(code),
+                    Outcome::Indefinite => Outcome::Indefinite,
+                },
+            };
             self.record("end-txn", &outcome, serde_json::json!({"commit": commit, "ids": self.ids}));
             match outcome {
-                Outcome::Ok(()) => return if commit { Fate::Committed } else { Fate::Aborted },
+                Outcome::Ok(ids) => {
+                    if ids != self.ids {
+                        // A new epoch (v2) starts every partition's sequence at 0.
+                        self.ids = ids;
+                        self.sequences.clear();
+                    }
+                    return if commit { Fate::Committed } else { Fate::Aborted };
+                }
                 Outcome::Failed(code) if retriable(code) => {
                     if !streak.again(code, &self.name, "EndTxn", &self.world) {
                         return Fate::Unknown;
@@ -302,6 +346,14 @@ impl Producer {
     }
 }
 
+/// A batch stamped and recorded in its attempt but not sent yet (`Producer::hold`).
+pub struct Held {
+    attempt: Option<usize>,
+    pub partition: i32,
+    values: Vec<Bytes>,
+    stamp: ProducerStamp,
+}
+
 pub fn values_of(name: &str, partition: i32, batch: usize, records: usize) -> Vec<Bytes> {
     (0..records).map(|r| Bytes::from(format!("{name}-p{partition}-b{batch}-r{r}"))).collect()
 }
@@ -315,13 +367,16 @@ pub struct Pause {
 
 /// One transaction attempt of `p` over `partitions` with the values `values(partition, batch)`,
 /// committed unless `abort`; with a `pause` it goes quiet past its timeout before it ends.
-/// Returns its fate and whether the instance must bump its epoch (KIP-360) before the next.
+/// A `late` batch of an earlier attempt is delivered after the first write, as the network
+/// delivers a request it held. Returns its fate and whether the instance must bump its epoch
+/// (KIP-360) before the next.
 pub async fn attempt(
     p: &mut Producer,
     name: &str,
     partitions: &[i32],
     abort: bool,
     pause: Option<Pause>,
+    mut late: Option<Held>,
     records: impl Fn(i32) -> usize,
 ) -> (Fate, bool) {
     p.begin(name);
@@ -339,6 +394,10 @@ pub async fn attempt(
         if !matches!(p.produce(partition, &values).await, Outcome::Ok(_)) {
             failed = true;
             break;
+        }
+        if let Some(held) = late.take() {
+            // Whatever it is answered, this attempt goes on: it is another's write.
+            p.send_held(held).await;
         }
     }
     if let Some(pause) = pause.filter(|_| !failed) {

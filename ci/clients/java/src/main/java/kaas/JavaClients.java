@@ -17,6 +17,7 @@ import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
+import org.apache.kafka.clients.admin.FinalizedVersionRange;
 import org.apache.kafka.clients.admin.DescribeProducersResult.PartitionProducerState;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
@@ -200,6 +201,7 @@ public final class JavaClients {
         String group = "java-copier-" + RUN;
         String transactionalId = "java-copier-" + RUN;
         int copied = 0;
+        int ends = 0;
         try (KafkaConsumer<String, String> c = consumer(Map.of(ConsumerConfig.GROUP_ID_CONFIG, group));
              KafkaProducer<String, String> p = producer(Map.of(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId))) {
             p.initTransactions();
@@ -218,6 +220,7 @@ public final class JavaClients {
                 }
                 p.sendOffsetsToTransaction(offsets, c.groupMetadata());
                 p.commitTransaction();
+                ends++;
                 copied += records.count();
             }
             check(copied == count, "copied every input record: " + copied);
@@ -228,11 +231,18 @@ public final class JavaClients {
             }
             p.flush();
             p.abortTransaction();
+            ends++;
 
             Collection<TransactionListing> listed = admin.listTransactions().all().get();
             check(listed.stream().anyMatch(t -> t.transactionalId().equals(transactionalId)), "listTransactions names the copier");
             TransactionDescription d = admin.describeTransactions(List.of(transactionalId)).all().get().get(transactionalId);
             check(d.producerId() >= 0 && d.topicPartitions().isEmpty(), "the copier's transaction is complete: " + d);
+            // Transactions v2 (KIP-890 part 2), which the client takes when the broker finalizes
+            // transaction.version 2: every commit and abort bumps the epoch.
+            FinalizedVersionRange tv = admin.describeFeatures().featureMetadata().get().finalizedFeatures().get("transaction.version");
+            int expectedEpoch = tv != null && tv.maxVersionLevel() >= 2 ? ends : 0;
+            check(d.producerEpoch() == expectedEpoch,
+                "the epoch after " + ends + " ends under transaction.version " + tv + ": " + d.producerEpoch());
             TopicPartition tp = new TopicPartition(out, 0);
             PartitionProducerState producers = admin.describeProducers(List.of(tp)).all().get().get(tp);
             check(producers.activeProducers().stream().anyMatch(s -> s.producerId() == d.producerId()),
