@@ -51,7 +51,7 @@ start_brokers() {
 
 # The Java client's and Kafka's tools' scripts are the slowest (a JVM per tool); they run
 # against the cluster only, which exercises every path one broker does and the routing too.
-cluster_only="ci/clients/java_clients.sh ci/clients/kafka_tools.sh"
+cluster_only="ci/clients/java_clients.sh ci/clients/kafka_tools.sh ci/clients/java_consumer_protocol.sh"
 passed=0; failed=0
 for brokers in 1 3; do
   start_brokers $brokers

@@ -54,6 +54,12 @@ pub enum CoreError {
     NonEmptyGroup,
     /// OffsetDelete of a topic a member of the group subscribes to.
     GroupSubscribedToTopic,
+    /// 110: a consumer-protocol member's epoch is not its current one (nor the one before).
+    FencedMemberEpoch,
+    /// 113: an offset commit under an older member epoch than the member's.
+    StaleMemberEpoch,
+    /// 112: no server assignor by that name.
+    UnsupportedAssignor(String),
     /// The request is well-formed but not valid here.
     InvalidRequest(String),
     // Transactions.

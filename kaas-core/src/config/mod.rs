@@ -34,6 +34,14 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: i32,
     pub group_max_session_timeout_ms: i32,
     pub group_max_size: usize,
+    /// A consumer-protocol member that has not heartbeated for this long is removed
+    /// (`group.consumer.session.timeout.ms`).
+    pub group_consumer_session_timeout_ms: i32,
+    /// How often consumer-protocol members are told to heartbeat
+    /// (`group.consumer.heartbeat.interval.ms`).
+    pub group_consumer_heartbeat_interval_ms: i32,
+    /// The most members one consumer-protocol group holds (`group.consumer.max.size`).
+    pub group_consumer_max_size: usize,
     /// The most partitions one DescribeTopicPartitions answer holds
     /// (`max.request.partition.size.limit`).
     pub max_request_partition_size_limit: i32,
@@ -89,6 +97,9 @@ impl Default for BrokerConfig {
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,
             group_max_size: 1000,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
+            group_consumer_max_size: i32::MAX as usize,
             max_request_partition_size_limit: 2000,
             delete_topic_enable: true,
             producer_id_expiration_ms: 86_400_000,

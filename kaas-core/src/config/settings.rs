@@ -209,6 +209,24 @@ pub const SETTINGS: &[Setting] = &[
     ),
     field!("group.max.size", group_max_size, Static, "The most members one group holds."),
     field!(
+        "group.consumer.session.timeout.ms",
+        group_consumer_session_timeout_ms,
+        Static,
+        "A consumer-protocol (KIP-848) member silent this long is removed from its group."
+    ),
+    field!(
+        "group.consumer.heartbeat.interval.ms",
+        group_consumer_heartbeat_interval_ms,
+        Static,
+        "How often consumer-protocol (KIP-848) members heartbeat."
+    ),
+    field!(
+        "group.consumer.max.size",
+        group_consumer_max_size,
+        Static,
+        "The most members one consumer-protocol (KIP-848) group holds."
+    ),
+    field!(
         "producer.id.expiration.ms",
         producer_id_expiration_ms,
         Static,

@@ -14,6 +14,8 @@
 //! refused if the producer's transaction ended after the coordinator verified it (the guard),
 //! so no late TxnOffsetCommit can leave offsets staged that nothing will ever end.
 
+pub mod assignor;
+pub mod consumer;
 pub mod offsets;
 pub mod state;
 
@@ -28,6 +30,8 @@ use crate::cluster::{Claims, ClusterView, Kind, MembershipHandle, group_key};
 use crate::config::BrokerConfig;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
+use assignor::TopicMetadata;
+use consumer::{ConsumerGroup, Heartbeat, HeartbeatAnswer};
 pub use offsets::CommittedOffset;
 use offsets::OffsetStore;
 use state::{Group, JoinAction, Reply};
@@ -62,8 +66,14 @@ pub struct GroupDescription {
 pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
-    pub state: GroupState,
+    /// Apache's name of the state (a classic or a consumer group's).
+    pub state: &'static str,
+    /// "classic" or "consumer" (ListGroups v5).
+    pub group_type: &'static str,
 }
+
+/// The topics a consumer group's assignor may give out, by name.
+pub type TopicsMetadata = Arc<BTreeMap<String, TopicMetadata>>;
 
 pub struct CommitRequest {
     pub group_id: String,
@@ -121,6 +131,15 @@ enum Command {
         reply: oneshot::Sender<CoreResult<Vec<FetchedOffset>>>,
     },
     Describe(Vec<String>, oneshot::Sender<Vec<GroupDescription>>),
+    /// ConsumerGroupHeartbeat (KIP-848).
+    ConsumerHeartbeat {
+        group_id: String,
+        heartbeat: Heartbeat,
+        topics: TopicsMetadata,
+        reply: oneshot::Sender<CoreResult<HeartbeatAnswer>>,
+    },
+    /// ConsumerGroupDescribe: the group as it is (None: no consumer group by that id).
+    ConsumerDescribe(String, oneshot::Sender<CoreResult<Option<ConsumerGroup>>>),
     List(oneshot::Sender<Vec<GroupListing>>),
     Delete(Vec<String>, oneshot::Sender<Vec<(String, CoreResult<()>)>>),
     /// OffsetDelete: each partition's result, or the group's error.
@@ -141,7 +160,9 @@ impl Command {
             | Command::Leave { group_id, .. }
             | Command::CompleteTxn { group_id, .. }
             | Command::Fetch { group_id, .. }
-            | Command::DeleteOffsets { group_id, .. } => Some(group_id.clone()),
+            | Command::DeleteOffsets { group_id, .. }
+            | Command::ConsumerHeartbeat { group_id, .. }
+            | Command::ConsumerDescribe(group_id, _) => Some(group_id.clone()),
             Command::Commit(request, _) | Command::TxnCommit { request, .. } => Some(request.group_id.clone()),
             Command::TxnGuard(_) | Command::Describe(..) | Command::List(_) | Command::Delete(..) => None,
         }
@@ -158,6 +179,8 @@ impl Command {
             Command::TxnCommit { reply, .. } | Command::CompleteTxn { reply, .. } => drop(reply.send(Err(error))),
             Command::Fetch { reply, .. } => drop(reply.send(Err(error))),
             Command::DeleteOffsets { reply, .. } => drop(reply.send(Err(error))),
+            Command::ConsumerHeartbeat { reply, .. } => drop(reply.send(Err(error))),
+            Command::ConsumerDescribe(_, reply) => drop(reply.send(Err(error))),
             Command::TxnGuard(_) | Command::Describe(..) | Command::List(_) | Command::Delete(..) => {}
         }
     }
@@ -250,6 +273,20 @@ impl GroupsHandle {
         self.ask(|reply| Command::CompleteTxn { group_id, producer_id, commit, reply }).await.unwrap_or_else(gone)
     }
 
+    /// ConsumerGroupHeartbeat (KIP-848); `topics` is every topic the assignor may give out.
+    pub async fn consumer_heartbeat(
+        &self,
+        group_id: String,
+        heartbeat: Heartbeat,
+        topics: TopicsMetadata,
+    ) -> CoreResult<HeartbeatAnswer> {
+        self.ask(|reply| Command::ConsumerHeartbeat { group_id, heartbeat, topics, reply }).await.unwrap_or_else(gone)
+    }
+
+    pub async fn consumer_describe(&self, group_id: String) -> CoreResult<Option<ConsumerGroup>> {
+        self.ask(|reply| Command::ConsumerDescribe(group_id, reply)).await.unwrap_or_else(gone)
+    }
+
     pub async fn describe(&self, group_ids: Vec<String>) -> CoreResult<Vec<GroupDescription>> {
         self.ask(|r| Command::Describe(group_ids, r)).await.ok_or(CoreError::CoordinatorNotAvailable)
     }
@@ -279,6 +316,8 @@ struct GroupCoordinator<E: Env> {
     env: E,
     config: Arc<BrokerConfig>,
     groups: BTreeMap<String, Group>,
+    /// Consumer-protocol groups (KIP-848), in memory: a new coordinator starts them afresh.
+    consumer_groups: BTreeMap<String, ConsumerGroup>,
     offsets: OffsetStore<E::Volume>,
     parked_joins: BTreeMap<(String, String), oneshot::Sender<CoreResult<JoinOutcome>>>,
     parked_syncs: BTreeMap<(String, String), oneshot::Sender<CoreResult<SyncOutcome>>>,
@@ -303,6 +342,7 @@ pub async fn start<E: Env>(
         env: env.clone(),
         config,
         groups: BTreeMap::new(),
+        consumer_groups: BTreeMap::new(),
         offsets,
         parked_joins: BTreeMap::new(),
         parked_syncs: BTreeMap::new(),
@@ -378,6 +418,7 @@ impl<E: Env> GroupCoordinator<E> {
         let Some((epoch, _)) = self.held.remove(group_id) else { return };
         self.offsets.release(group_id);
         self.groups.remove(group_id);
+        self.consumer_groups.remove(group_id);
         let parked: Vec<(String, String)> = self.parked_joins.keys().filter(|(g, _)| g == group_id).cloned().collect();
         for k in parked {
             if let Some(tx) = self.parked_joins.remove(&k) {
@@ -443,6 +484,7 @@ impl<E: Env> GroupCoordinator<E> {
                 .groups
                 .values()
                 .filter_map(Group::next_deadline)
+                .chain(self.consumer_groups.values().filter_map(ConsumerGroup::next_deadline))
                 .min()
                 .unwrap_or_else(|| self.env.clock().monotonic() + Duration::from_millis(IDLE_TICK_MS));
             let command = tokio::select! {
@@ -502,6 +544,9 @@ impl<E: Env> GroupCoordinator<E> {
             group.check_invariants();
             replies.extend(group_replies.into_iter().map(|r| (group.group_id.clone(), r)));
         }
+        for group in self.consumer_groups.values_mut() {
+            group.tick(now);
+        }
         self.deliver(replies);
     }
 
@@ -538,6 +583,10 @@ impl<E: Env> GroupCoordinator<E> {
             && g.members.len() >= c.group_max_size
         {
             return Err(CoreError::GroupMaxSizeReached);
+        }
+        if self.consumer_group(group_id).is_some() {
+            // Its members speak the consumer protocol (no migration of a live group here).
+            return Err(CoreError::InconsistentGroupProtocol);
         }
         Ok(())
     }
@@ -650,16 +699,37 @@ impl<E: Env> GroupCoordinator<E> {
                 let _ = reply.send(group_ids.iter().map(|id| self.describe(id)).collect());
             }
             Command::List(reply) => {
-                let listing = self
+                let consumer = |id: &String| self.consumer_groups.get(id).filter(|c| !c.is_empty());
+                let mut listing: Vec<GroupListing> = self
                     .groups
                     .values()
+                    .filter(|g| consumer(&g.group_id).is_none())
                     .map(|g| GroupListing {
                         group_id: g.group_id.clone(),
                         protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                        state: g.state,
+                        state: g.state.name(),
+                        group_type: "classic",
                     })
                     .collect();
+                listing.extend(
+                    self.consumer_groups
+                        .values()
+                        .filter(|c| !c.is_empty() || !self.groups.contains_key(&c.group_id))
+                        .map(|c| GroupListing {
+                            group_id: c.group_id.clone(),
+                            protocol_type: "consumer".into(),
+                            state: c.state_name(),
+                            group_type: "consumer",
+                        }),
+                );
+                listing.sort_by(|a, b| a.group_id.cmp(&b.group_id));
                 let _ = reply.send(listing);
+            }
+            Command::ConsumerHeartbeat { group_id, heartbeat, topics, reply } => {
+                let _ = reply.send(self.consumer_heartbeat(&group_id, heartbeat, &topics, now));
+            }
+            Command::ConsumerDescribe(group_id, reply) => {
+                let _ = reply.send(Ok(self.consumer_groups.get(&group_id).cloned()));
             }
             Command::DeleteOffsets { group_id, partitions, reply } => {
                 let _ = reply.send(self.delete_offsets(&group_id, partitions).await);
@@ -678,13 +748,51 @@ impl<E: Env> GroupCoordinator<E> {
         }
     }
 
+    /// A ConsumerGroupHeartbeat: the group is made if it is new; a classic group with members
+    /// keeps its id (Apache's answer without a migration).
+    fn consumer_heartbeat(
+        &mut self,
+        group_id: &str,
+        heartbeat: Heartbeat,
+        topics: &BTreeMap<String, TopicMetadata>,
+        now: Instant,
+    ) -> CoreResult<HeartbeatAnswer> {
+        if group_id.is_empty() {
+            return Err(CoreError::InvalidGroupId);
+        }
+        if self.groups.get(group_id).is_some_and(|g| !g.is_empty()) {
+            return Err(CoreError::GroupIdNotFound);
+        }
+        let settings = consumer::Settings {
+            session_timeout_ms: self.config.group_consumer_session_timeout_ms,
+            max_size: self.config.group_consumer_max_size,
+        };
+        let unique = [self.env.rng().next_u64(), self.env.rng().next_u64()];
+        let group = self
+            .consumer_groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| ConsumerGroup::new(group_id.to_string()));
+        let member_id = || crate::hex::encode(&[unique[0].to_be_bytes(), unique[1].to_be_bytes()].concat());
+        group.heartbeat(heartbeat, topics, settings, now, member_id)
+    }
+
+    /// The consumer group of `group_id` with members, if there is one: commits are checked
+    /// against it rather than against a classic group.
+    fn consumer_group(&self, group_id: &str) -> Option<&ConsumerGroup> {
+        self.consumer_groups.get(group_id).filter(|c| !c.is_empty())
+    }
+
     async fn commit(&mut self, request: CommitRequest, now: Instant) -> CoreResult<()> {
         if request.group_id.is_empty() {
             return Err(CoreError::InvalidGroupId);
         }
-        let group = self.group_mut(&request.group_id);
-        group.check_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
-        group.touch(&request.member_id, now);
+        if let Some(consumer) = self.consumer_group(&request.group_id) {
+            consumer.check_commit(&request.member_id, request.generation_id)?;
+        } else {
+            let group = self.group_mut(&request.group_id);
+            group.check_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
+            group.touch(&request.member_id, now);
+        }
         if crate::buggify!("groups.slow_commit") {
             // A slow volume: the coordinator stalls with the commit neither durable nor answered.
             self.env.clock().sleep_ms(self.env.rng().below(200)).await;
@@ -703,8 +811,16 @@ impl<E: Env> GroupCoordinator<E> {
             // The transaction ended after it was verified: this is a late request of it.
             return Err(CoreError::InvalidTxnState);
         }
-        let group = self.group_mut(&request.group_id);
-        group.check_txn_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
+        if let Some(consumer) = self.consumer_group(&request.group_id) {
+            // TxnOffsetCommit's versions know no member epochs: a stale one is an old generation.
+            consumer.check_commit(&request.member_id, request.generation_id).map_err(|e| match e {
+                CoreError::StaleMemberEpoch | CoreError::FencedMemberEpoch => CoreError::IllegalGeneration,
+                e => e,
+            })?;
+        } else {
+            let group = self.group_mut(&request.group_id);
+            group.check_txn_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
+        }
         let now_ms = self.env.clock().now_ms();
         self.offsets.stage(&request.group_id, producer_id, request.offsets, now_ms).await?;
         self.verify_lease(&request.group_id).await

@@ -19,11 +19,11 @@ use super::{encode, text};
 use crate::connection::{Answer, Context};
 use crate::error;
 
-fn client_id(header: &RequestHeader) -> String {
+pub(super) fn client_id(header: &RequestHeader) -> String {
     header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default()
 }
 
-fn host_of(peer: &str) -> String {
+pub(super) fn host_of(peer: &str) -> String {
     match peer.rsplit_once(':') {
         Some((host, _)) => format!("/{}", host.trim_start_matches('[').trim_end_matches(']')),
         None => peer.to_string(),
@@ -226,14 +226,14 @@ pub async fn list<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: Lis
     let types: Vec<String> = request.types_filter.iter().map(|s| s.to_lowercase()).collect();
     let groups = listing
         .into_iter()
-        .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .filter(|g| states.is_empty() || states.contains(&g.state.to_lowercase()))
+        .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {
             let listed = ListedGroup::default()
                 .with_group_id(GroupId(text(&g.group_id)))
                 .with_protocol_type(text(&g.protocol_type));
-            let listed = if version >= 4 { listed.with_group_state(text(g.state.name())) } else { listed };
-            if version >= 5 { listed.with_group_type(text("classic")) } else { listed }
+            let listed = if version >= 4 { listed.with_group_state(text(g.state)) } else { listed };
+            if version >= 5 { listed.with_group_type(text(g.group_type)) } else { listed }
         })
         .collect();
     ListGroupsResponse::default().with_groups(groups)

@@ -5,6 +5,7 @@
 mod acls;
 mod api_versions;
 mod configs;
+mod consumer_groups;
 mod create_partitions;
 mod create_topics;
 mod delete_records;
@@ -78,6 +79,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// What a client may do to a topic, as a broker without an authorizer answers it: every
@@ -153,6 +156,8 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::LeaveGroup => now!(groups::leave),
         ApiKey::DescribeGroups => now!(groups::describe),
         ApiKey::ListGroups => now!(groups::list),
+        ApiKey::ConsumerGroupHeartbeat => now!(consumer_groups::heartbeat),
+        ApiKey::ConsumerGroupDescribe => now!(consumer_groups::describe),
         ApiKey::DeleteGroups => now!(groups::delete),
         ApiKey::OffsetDelete => now!(groups::delete_offsets),
         ApiKey::OffsetCommit => now!(offsets::commit),

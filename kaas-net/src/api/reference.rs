@@ -121,8 +121,11 @@ const NOTES: &[(i16, &str)] = &[
     (55, "not served: kaas has no metadata quorum (metadata is files on the shared volume, brokers hold leases)"),
     (60, "no broker is fenced: one whose lease ran out is gone"),
     (66, "v2 (transactional id pattern) not yet"),
-    (68, "KIP-848: not yet"),
-    (69, "KIP-848: not yet"),
+    (
+        68,
+        "KIP-848: server-side `uniform` and `range` assignors; subscription by topic names (a regex is INVALID_REQUEST yet); members are held in memory, so after a coordinator restart or move they join again",
+    ),
+    (69, "KIP-848: members, assignments and target assignments"),
     (75, "paged by cursor, as Apache pages it"),
 ];
 

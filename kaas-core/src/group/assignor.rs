@@ -1,0 +1,186 @@
+//! The server-side assignors of the consumer protocol (KIP-848), pure: from the members'
+//! subscriptions, the subscribed topics' partitions and the current target, the next target.
+//! `uniform` (the default, as in Apache) balances the partitions over the members and keeps a
+//! partition where it is while its member is within its share; `range` gives each member a
+//! contiguous range of each topic it subscribes to, in member id order, as the classic range
+//! assignor does.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A topic by id: what assignments name.
+pub type TopicId = [u8; 16];
+
+/// Partitions per topic.
+pub type Assignment = BTreeMap<TopicId, BTreeSet<i32>>;
+
+/// The server assignors kaas has, by the names clients give (`group.remote.assignor`).
+pub const ASSIGNORS: [&str; 2] = ["uniform", "range"];
+
+/// A subscribed topic as the assignor sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    pub topic_id: TopicId,
+    pub name: String,
+    pub partitions: i32,
+}
+
+/// One member's say: the topics it subscribes to (by name) and what it has now.
+pub struct Subscriber<'a> {
+    pub member_id: &'a str,
+    pub topics: &'a BTreeSet<String>,
+    pub current: Option<&'a Assignment>,
+}
+
+/// The next target assignment of every member.
+pub fn assign(
+    assignor: &str,
+    members: &[Subscriber<'_>],
+    topics: &BTreeMap<String, TopicMetadata>,
+) -> BTreeMap<String, Assignment> {
+    let mut target: BTreeMap<String, Assignment> =
+        members.iter().map(|m| (m.member_id.to_string(), Assignment::new())).collect();
+    match assignor {
+        "range" => range(members, topics, &mut target),
+        _ => uniform(members, topics, &mut target),
+    }
+    target
+}
+
+fn range(
+    members: &[Subscriber<'_>],
+    topics: &BTreeMap<String, TopicMetadata>,
+    target: &mut BTreeMap<String, Assignment>,
+) {
+    for (name, topic) in topics {
+        let subscribed: Vec<&str> = members
+            .iter()
+            .filter(|m| m.topics.contains(name))
+            .map(|m| m.member_id)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if subscribed.is_empty() {
+            continue;
+        }
+        let (share, extra) = (topic.partitions / subscribed.len() as i32, topic.partitions % subscribed.len() as i32);
+        let mut next = 0;
+        for (i, member) in subscribed.iter().enumerate() {
+            let count = share + i32::from((i as i32) < extra);
+            let partitions: BTreeSet<i32> = (next..next + count).collect();
+            next += count;
+            if !partitions.is_empty() {
+                target.get_mut(*member).expect("every member has a target").insert(topic.topic_id, partitions);
+            }
+        }
+    }
+}
+
+fn uniform(
+    members: &[Subscriber<'_>],
+    topics: &BTreeMap<String, TopicMetadata>,
+    target: &mut BTreeMap<String, Assignment>,
+) {
+    let all: Vec<(&TopicMetadata, i32)> =
+        topics.values().flat_map(|t| (0..t.partitions).map(move |p| (t, p))).collect();
+    let subscribers = |t: &TopicMetadata| members.iter().filter(|m| m.topics.contains(&t.name)).count();
+    let eligible_total = all.iter().filter(|(t, _)| subscribers(t) > 0).count();
+    let share = eligible_total.div_ceil(members.len().max(1));
+    let mut counts: BTreeMap<&str, usize> = members.iter().map(|m| (m.member_id, 0)).collect();
+    let mut placed: BTreeSet<(TopicId, i32)> = BTreeSet::new();
+    // Sticky: a member keeps what it has, while within its share.
+    for m in members {
+        let Some(current) = m.current else { continue };
+        for (topic_id, partitions) in current {
+            let Some(topic) = topics.values().find(|t| t.topic_id == *topic_id && m.topics.contains(&t.name)) else {
+                continue;
+            };
+            for &p in partitions.iter().filter(|&&p| p < topic.partitions) {
+                if counts[m.member_id] < share && placed.insert((*topic_id, p)) {
+                    *counts.get_mut(m.member_id).expect("counted") += 1;
+                    target.get_mut(m.member_id).expect("a target").entry(*topic_id).or_default().insert(p);
+                }
+            }
+        }
+    }
+    // The rest, each to the subscribed member with the fewest (by member id on a tie).
+    for (topic, p) in all {
+        if placed.contains(&(topic.topic_id, p)) {
+            continue;
+        }
+        let least = members
+            .iter()
+            .filter(|m| m.topics.contains(&topic.name))
+            .min_by_key(|m| (counts[m.member_id], m.member_id));
+        if let Some(m) = least {
+            *counts.get_mut(m.member_id).expect("counted") += 1;
+            target.get_mut(m.member_id).expect("a target").entry(topic.topic_id).or_default().insert(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(id: u8, name: &str, partitions: i32) -> (String, TopicMetadata) {
+        (name.to_string(), TopicMetadata { topic_id: [id; 16], name: name.to_string(), partitions })
+    }
+
+    fn count(a: &Assignment) -> usize {
+        a.values().map(BTreeSet::len).sum()
+    }
+
+    #[test]
+    fn uniform_balances_and_keeps_what_it_can() {
+        let topics: BTreeMap<_, _> = [topic(1, "a", 4), topic(2, "b", 2)].into_iter().collect();
+        let both: BTreeSet<String> = ["a".into(), "b".into()].into_iter().collect();
+        let first = assign("uniform", &[Subscriber { member_id: "m1", topics: &both, current: None }], &topics);
+        assert_eq!(count(&first["m1"]), 6);
+        let m1 = first["m1"].clone();
+        let two = [
+            Subscriber { member_id: "m1", topics: &both, current: Some(&m1) },
+            Subscriber { member_id: "m2", topics: &both, current: None },
+        ];
+        let next = assign("uniform", &two, &topics);
+        assert_eq!((count(&next["m1"]), count(&next["m2"])), (3, 3));
+        for (t, ps) in &next["m1"] {
+            assert!(ps.is_subset(&m1[t]), "m1 keeps part of what it had");
+        }
+        let mut all = next["m1"].clone();
+        for (t, ps) in &next["m2"] {
+            assert!(all.entry(*t).or_default().is_disjoint(ps), "no partition twice");
+            all.get_mut(t).unwrap().extend(ps);
+        }
+        assert_eq!(count(&all), 6, "every partition once");
+    }
+
+    #[test]
+    fn uniform_gives_a_topic_only_to_its_subscribers() {
+        let topics: BTreeMap<_, _> = [topic(1, "a", 3), topic(2, "b", 3)].into_iter().collect();
+        let a: BTreeSet<String> = ["a".into()].into_iter().collect();
+        let b: BTreeSet<String> = ["b".into()].into_iter().collect();
+        let t = assign(
+            "uniform",
+            &[
+                Subscriber { member_id: "x", topics: &a, current: None },
+                Subscriber { member_id: "y", topics: &b, current: None },
+            ],
+            &topics,
+        );
+        assert_eq!(t["x"].keys().collect::<Vec<_>>(), vec![&[1u8; 16]]);
+        assert_eq!(t["y"].keys().collect::<Vec<_>>(), vec![&[2u8; 16]]);
+    }
+
+    #[test]
+    fn range_gives_contiguous_ranges_in_member_order() {
+        let topics: BTreeMap<_, _> = [topic(1, "a", 5)].into_iter().collect();
+        let a: BTreeSet<String> = ["a".into()].into_iter().collect();
+        let members = [
+            Subscriber { member_id: "m2", topics: &a, current: None },
+            Subscriber { member_id: "m1", topics: &a, current: None },
+        ];
+        let t = assign("range", &members, &topics);
+        assert_eq!(t["m1"][&[1u8; 16]], [0, 1, 2].into_iter().collect());
+        assert_eq!(t["m2"][&[1u8; 16]], [3, 4].into_iter().collect());
+    }
+}

@@ -1,0 +1,543 @@
+//! One consumer group of the consumer protocol (KIP-848, ConsumerGroupHeartbeat) as a pure
+//! state machine: time and the topics' metadata are passed in, nothing is parked (every
+//! heartbeat is answered at once), and the actor in `mod.rs` owns the channels.
+//!
+//! The group epoch moves whenever what the assignment depends on changes (a member joins,
+//! leaves or changes its subscription; a subscribed topic's partitions change); the assignor
+//! (`assignor`) then computes the target assignment at that epoch. Each member converges on
+//! its target by heartbeats, never owning a partition another member still owns:
+//!
+//! ```text
+//!                  target moved, something to revoke          the member owns only what it keeps
+//!   Stable ─────────────────────────────────────────▶ UnrevokedPartitions ─────────────────┐
+//!     ▲  │ target moved, nothing to revoke                                                   │
+//!     │  └───────────────────────────────┐                                                   ▼
+//!     │        every target partition    ▼     some target partitions still owned by others
+//!     └─────────────────────────── UnreleasedPartitions ◀──────────────────── (epoch = target epoch)
+//! ```
+//! A member moves to the target's epoch only once it has revoked what it loses, so that a
+//! partition is owned by one member at a time. Members live in memory: a coordinator that
+//! restarts or moves answers UNKNOWN_MEMBER_ID, and the members join again (as the Java
+//! consumer does after a fence), keeping their committed offsets.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tokio::time::{Duration, Instant};
+
+use super::assignor::{self, Assignment, Subscriber, TopicId, TopicMetadata};
+use crate::error::{CoreError, CoreResult};
+
+/// The member epoch of a leave, and of a static member's temporary leave.
+pub const LEAVE_EPOCH: i32 = -1;
+pub const STATIC_LEAVE_EPOCH: i32 = -2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    Stable,
+    UnrevokedPartitions,
+    UnreleasedPartitions,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: BTreeSet<String>,
+    pub server_assignor: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    pub state: MemberState,
+    /// What the member owns at its epoch.
+    pub assigned: Assignment,
+    /// What it was told to give up and has not confirmed yet.
+    pub pending_revocation: Assignment,
+    session_deadline: Instant,
+    /// While it has partitions to revoke: when it is fenced if it has not.
+    revocation_deadline: Option<Instant>,
+    /// The assignment changed since the member was last told it.
+    assignment_unsent: bool,
+}
+
+/// A heartbeat as the coordinator takes it (the wire's nulls as None: "unchanged").
+#[derive(Debug, Clone, Default)]
+pub struct Heartbeat {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub server_assignor: Option<String>,
+    /// What the member owns now, when it says.
+    pub owned: Option<Assignment>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+/// The answer to a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatAnswer {
+    pub member_id: String,
+    pub member_epoch: i32,
+    /// Given when it changed since the member was last told, or when the member joined.
+    pub assignment: Option<Assignment>,
+}
+
+/// The settings the coordinator runs groups with (`group.consumer.*`).
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub session_timeout_ms: i32,
+    pub max_size: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerGroup {
+    pub group_id: String,
+    pub group_epoch: i32,
+    /// The epoch of `target`.
+    pub assignment_epoch: i32,
+    pub members: BTreeMap<String, ConsumerMember>,
+    pub target: BTreeMap<String, Assignment>,
+    /// The subscribed topics as last seen: a change moves the group epoch.
+    pub subscribed_topics: BTreeMap<String, TopicMetadata>,
+}
+
+fn partitions_of(a: &Assignment) -> BTreeSet<(TopicId, i32)> {
+    a.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p))).collect()
+}
+
+fn from_partitions(set: &BTreeSet<(TopicId, i32)>) -> Assignment {
+    let mut a = Assignment::new();
+    for (t, p) in set {
+        a.entry(*t).or_default().insert(*p);
+    }
+    a
+}
+
+impl ConsumerGroup {
+    pub fn new(group_id: String) -> ConsumerGroup {
+        ConsumerGroup {
+            group_id,
+            group_epoch: 0,
+            assignment_epoch: 0,
+            members: BTreeMap::new(),
+            target: BTreeMap::new(),
+            subscribed_topics: BTreeMap::new(),
+        }
+    }
+
+    /// Apache's names: Empty, Assigning, Reconciling, Stable.
+    pub fn state_name(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self.assignment_epoch < self.group_epoch {
+            "Assigning"
+        } else if self
+            .members
+            .values()
+            .any(|m| m.member_epoch != self.assignment_epoch || m.state != MemberState::Stable)
+        {
+            "Reconciling"
+        } else {
+            "Stable"
+        }
+    }
+
+    /// The assignor the members ask for most (the first of `ASSIGNORS` if none asks).
+    pub fn assignor(&self) -> &'static str {
+        let mut votes: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some(name) = m.server_assignor.as_deref().and_then(|a| assignor::ASSIGNORS.iter().find(|n| **n == a))
+            {
+                *votes.entry(name).or_default() += 1;
+            }
+        }
+        votes
+            .into_iter()
+            .max_by_key(|(name, n)| (*n, std::cmp::Reverse(*name)))
+            .map_or(assignor::ASSIGNORS[0], |(n, _)| n)
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.members.values().flat_map(|m| [Some(m.session_deadline), m.revocation_deadline]).flatten().min()
+    }
+
+    /// A heartbeat: joins, leaves, or moves the member on towards its target. `topics` is every
+    /// topic there is, by name; `new_member_id` names a member that joins without naming itself
+    /// (v0).
+    pub fn heartbeat(
+        &mut self,
+        hb: Heartbeat,
+        topics: &BTreeMap<String, TopicMetadata>,
+        settings: Settings,
+        now: Instant,
+        new_member_id: impl FnOnce() -> String,
+    ) -> CoreResult<HeartbeatAnswer> {
+        let answer = self.heartbeat_unchecked(hb, topics, settings, now, new_member_id);
+        self.check_invariants();
+        answer
+    }
+
+    fn heartbeat_unchecked(
+        &mut self,
+        hb: Heartbeat,
+        topics: &BTreeMap<String, TopicMetadata>,
+        settings: Settings,
+        now: Instant,
+        new_member_id: impl FnOnce() -> String,
+    ) -> CoreResult<HeartbeatAnswer> {
+        if hb.member_epoch == LEAVE_EPOCH || hb.member_epoch == STATIC_LEAVE_EPOCH {
+            if !self.members.contains_key(&hb.member_id) {
+                return Err(CoreError::UnknownMemberId);
+            }
+            self.remove_member(&hb.member_id);
+            return Ok(HeartbeatAnswer { member_id: hb.member_id, member_epoch: hb.member_epoch, assignment: None });
+        }
+        let session = Duration::from_millis(settings.session_timeout_ms.max(1) as u64);
+        let joining = hb.member_epoch == 0;
+        let member_id = if joining {
+            self.join(&hb, settings, now, new_member_id)?
+        } else {
+            let Some(member) = self.members.get(&hb.member_id) else { return Err(CoreError::UnknownMemberId) };
+            // The answer to its last heartbeat may have been lost: the epoch before is taken
+            // if what it owns is still within what it has.
+            let owned_within =
+                hb.owned.as_ref().is_none_or(|o| partitions_of(o).is_subset(&partitions_of(&member.assigned)));
+            let lost_answer = hb.member_epoch == member.previous_member_epoch && owned_within;
+            if hb.member_epoch != member.member_epoch && !lost_answer {
+                return Err(CoreError::FencedMemberEpoch);
+            }
+            hb.member_id.clone()
+        };
+        let member = self.members.get_mut(&member_id).expect("joined or known");
+        member.session_deadline = now + session;
+        let mut changed = false;
+        if let Some(names) = &hb.subscribed_topic_names {
+            let names: BTreeSet<String> = names.iter().cloned().collect();
+            changed |= member.subscribed_topic_names != names;
+            member.subscribed_topic_names = names;
+        }
+        if hb.server_assignor.is_some() && hb.server_assignor != member.server_assignor {
+            member.server_assignor = hb.server_assignor.clone();
+            changed = true;
+        }
+        if hb.rebalance_timeout_ms > 0 {
+            member.rebalance_timeout_ms = hb.rebalance_timeout_ms;
+        }
+        if hb.rack_id.is_some() {
+            member.rack_id = hb.rack_id.clone();
+        }
+        if changed && !joining {
+            self.group_epoch += 1;
+        }
+        self.refresh_topics(topics);
+        if self.assignment_epoch < self.group_epoch {
+            self.compute_target();
+        }
+        self.reconcile(&member_id, hb.owned.as_ref(), now);
+        let member = self.members.get_mut(&member_id).expect("still a member");
+        let assignment = (joining || member.assignment_unsent || hb.owned.is_some()).then(|| member.assigned.clone());
+        member.assignment_unsent = false;
+        Ok(HeartbeatAnswer { member_id, member_epoch: member.member_epoch, assignment })
+    }
+
+    /// A member joins (epoch 0): a new one, a static member taking its place back, or one that
+    /// lost its state joining again under its id.
+    fn join(
+        &mut self,
+        hb: &Heartbeat,
+        settings: Settings,
+        now: Instant,
+        new_member_id: impl FnOnce() -> String,
+    ) -> CoreResult<String> {
+        if hb.subscribed_topic_names.is_none() {
+            return Err(CoreError::InvalidRequest("SubscribedTopicNames must be set when joining".into()));
+        }
+        if let Some(name) = hb.server_assignor.as_deref().filter(|a| !assignor::ASSIGNORS.contains(a)) {
+            return Err(CoreError::UnsupportedAssignor(name.to_string()));
+        }
+        let member_id = if hb.member_id.is_empty() { new_member_id() } else { hb.member_id.clone() };
+        let mut carried = None;
+        if let Some(instance) = &hb.instance_id
+            && let Some(old) =
+                self.members.values().find(|m| m.instance_id.as_ref() == Some(instance) && m.member_id != member_id)
+        {
+            // A static member back under a new id takes the old one's place and partitions.
+            carried = Some(old.clone());
+        }
+        if let Some(old) = &carried {
+            self.members.remove(&old.member_id);
+            self.target.remove(&old.member_id);
+        }
+        let rejoining = self.members.remove(&member_id).is_some();
+        if carried.is_none() && !rejoining && self.members.len() >= settings.max_size {
+            return Err(CoreError::GroupMaxSizeReached);
+        }
+        let mut member = ConsumerMember {
+            member_id: member_id.clone(),
+            instance_id: hb.instance_id.clone(),
+            rack_id: hb.rack_id.clone(),
+            client_id: hb.client_id.clone(),
+            client_host: hb.client_host.clone(),
+            subscribed_topic_names: BTreeSet::new(),
+            server_assignor: hb.server_assignor.clone(),
+            rebalance_timeout_ms: hb.rebalance_timeout_ms.max(1),
+            member_epoch: 0,
+            previous_member_epoch: 0,
+            state: MemberState::Stable,
+            assigned: Assignment::new(),
+            pending_revocation: Assignment::new(),
+            session_deadline: now,
+            revocation_deadline: None,
+            assignment_unsent: true,
+        };
+        if let Some(old) = carried {
+            member.member_epoch = old.member_epoch;
+            member.previous_member_epoch = old.previous_member_epoch;
+            member.assigned = old.assigned;
+            member.state = old.state;
+            member.pending_revocation = old.pending_revocation;
+            if let Some(target) = self.target.get(&old.member_id).cloned() {
+                self.target.insert(member_id.clone(), target);
+            }
+        }
+        self.members.insert(member_id.clone(), member);
+        self.group_epoch += 1;
+        Ok(member_id)
+    }
+
+    fn remove_member(&mut self, member_id: &str) {
+        if self.members.remove(member_id).is_some() {
+            self.target.remove(member_id);
+            self.group_epoch += 1;
+        }
+    }
+
+    /// A subscribed topic appeared, went, or has other partitions: the group epoch moves.
+    fn refresh_topics(&mut self, topics: &BTreeMap<String, TopicMetadata>) {
+        let subscribed: BTreeSet<&String> = self.members.values().flat_map(|m| &m.subscribed_topic_names).collect();
+        let now: BTreeMap<String, TopicMetadata> =
+            subscribed.into_iter().filter_map(|name| topics.get(name).map(|t| (name.clone(), t.clone()))).collect();
+        if now != self.subscribed_topics {
+            self.subscribed_topics = now;
+            self.group_epoch += 1;
+        }
+    }
+
+    fn compute_target(&mut self) {
+        let subscribers: Vec<Subscriber<'_>> = self
+            .members
+            .values()
+            .map(|m| Subscriber {
+                member_id: &m.member_id,
+                topics: &m.subscribed_topic_names,
+                current: self.target.get(&m.member_id),
+            })
+            .collect();
+        self.target = assignor::assign(self.assignor(), &subscribers, &self.subscribed_topics);
+        self.assignment_epoch = self.group_epoch;
+    }
+
+    /// Everything members other than `member_id` own or have yet to give up.
+    fn owned_by_others(&self, member_id: &str) -> BTreeSet<(TopicId, i32)> {
+        self.members
+            .values()
+            .filter(|m| m.member_id != member_id)
+            .flat_map(|m| partitions_of(&m.assigned).into_iter().chain(partitions_of(&m.pending_revocation)))
+            .collect()
+    }
+
+    /// Moves one member towards its target as far as it may go now.
+    fn reconcile(&mut self, member_id: &str, owned: Option<&Assignment>, now: Instant) {
+        let target = partitions_of(self.target.get(member_id).unwrap_or(&Assignment::new()));
+        let others = self.owned_by_others(member_id);
+        let assignment_epoch = self.assignment_epoch;
+        let member = self.members.get_mut(member_id).expect("a member");
+        if member.state == MemberState::UnrevokedPartitions {
+            let still_owned =
+                owned.is_none_or(|o| !partitions_of(o).is_disjoint(&partitions_of(&member.pending_revocation)));
+            if still_owned {
+                return;
+            }
+            member.pending_revocation.clear();
+            member.revocation_deadline = None;
+            member.state = MemberState::Stable;
+        }
+        let assigned = partitions_of(&member.assigned);
+        if member.member_epoch < assignment_epoch {
+            let revoke: BTreeSet<_> = assigned.difference(&target).copied().collect();
+            if !revoke.is_empty() {
+                member.assigned = from_partitions(&assigned.intersection(&target).copied().collect());
+                member.pending_revocation = from_partitions(&revoke);
+                member.state = MemberState::UnrevokedPartitions;
+                member.revocation_deadline = Some(now + Duration::from_millis(member.rebalance_timeout_ms as u64));
+                member.assignment_unsent = true;
+                return;
+            }
+            member.previous_member_epoch = member.member_epoch;
+            member.member_epoch = assignment_epoch;
+        }
+        // At the target's epoch: take what is free of it.
+        let wanted: BTreeSet<_> = target.difference(&assigned).copied().collect();
+        let free: BTreeSet<_> = wanted.difference(&others).copied().collect();
+        if !free.is_empty() {
+            let mut next = assigned.clone();
+            next.extend(free.iter().copied());
+            member.assigned = from_partitions(&next);
+            member.assignment_unsent = true;
+        }
+        member.state = if wanted.len() > free.len() { MemberState::UnreleasedPartitions } else { MemberState::Stable };
+    }
+
+    /// Session timeouts and revocation deadlines: the member is removed (its partitions go to
+    /// others at the next epoch).
+    pub fn tick(&mut self, now: Instant) {
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.session_deadline <= now || m.revocation_deadline.is_some_and(|d| d <= now))
+            .map(|m| m.member_id.clone())
+            .collect();
+        for member_id in expired {
+            tracing::info!(group = %self.group_id, member = %member_id, "consumer group member expired");
+            self.remove_member(&member_id);
+        }
+        self.check_invariants();
+    }
+
+    /// OffsetCommit from a member of this group: its id and epoch must be current. A commit
+    /// with no member (an admin's) is taken only while the group is empty.
+    pub fn check_commit(&self, member_id: &str, member_epoch: i32) -> CoreResult<()> {
+        if member_id.is_empty() && member_epoch < 0 {
+            return if self.members.is_empty() { Ok(()) } else { Err(CoreError::UnknownMemberId) };
+        }
+        let member = self.members.get(member_id).ok_or(CoreError::UnknownMemberId)?;
+        match member_epoch.cmp(&member.member_epoch) {
+            std::cmp::Ordering::Equal => Ok(()),
+            std::cmp::Ordering::Greater => Err(CoreError::FencedMemberEpoch),
+            std::cmp::Ordering::Less => Err(CoreError::StaleMemberEpoch),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// What every transition leaves true.
+    pub fn check_invariants(&self) {
+        let mut seen = BTreeSet::new();
+        for m in self.members.values() {
+            assert!(m.member_epoch <= self.group_epoch, "a member is never ahead of its group");
+            assert!(self.assignment_epoch <= self.group_epoch, "the target is never ahead of the group");
+            assert_eq!(
+                m.state == MemberState::UnrevokedPartitions,
+                !m.pending_revocation.is_empty(),
+                "a member revoking has something to revoke"
+            );
+            for p in partitions_of(&m.assigned).into_iter().chain(partitions_of(&m.pending_revocation)) {
+                assert!(seen.insert(p), "a partition is owned by one member at a time");
+            }
+        }
+        assert!(self.target.keys().all(|id| self.members.contains_key(id)), "targets are members'");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SETTINGS: Settings = Settings { session_timeout_ms: 45_000, max_size: 100 };
+
+    fn topics() -> BTreeMap<String, TopicMetadata> {
+        [("t".to_string(), TopicMetadata { topic_id: [7; 16], name: "t".into(), partitions: 4 })].into_iter().collect()
+    }
+
+    fn join(g: &mut ConsumerGroup, id: &str, now: Instant) -> HeartbeatAnswer {
+        let hb = Heartbeat {
+            member_id: id.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Assignment::new()),
+            ..Heartbeat::default()
+        };
+        g.heartbeat(hb, &topics(), SETTINGS, now, || unreachable!()).unwrap()
+    }
+
+    fn beat(
+        g: &mut ConsumerGroup,
+        id: &str,
+        epoch: i32,
+        owned: Option<Assignment>,
+        now: Instant,
+    ) -> CoreResult<HeartbeatAnswer> {
+        let hb = Heartbeat { member_id: id.into(), member_epoch: epoch, owned, ..Heartbeat::default() };
+        g.heartbeat(hb, &topics(), SETTINGS, now, || unreachable!())
+    }
+
+    fn count(a: &Option<Assignment>) -> usize {
+        a.as_ref().map_or(0, |a| a.values().map(BTreeSet::len).sum())
+    }
+
+    #[test]
+    fn a_second_member_gets_partitions_only_once_the_first_revoked_them() {
+        let now = Instant::now();
+        let mut g = ConsumerGroup::new("g".into());
+        let a = join(&mut g, "a", now);
+        assert_eq!((a.member_epoch, count(&a.assignment)), (2, 4), "joined, then the topic: epoch 2, everything");
+        assert_eq!(g.state_name(), "Stable");
+        let b = join(&mut g, "b", now);
+        assert_eq!((b.member_epoch, count(&b.assignment)), (3, 0), "at the new epoch, but a still owns it all");
+        assert_eq!(g.state_name(), "Reconciling");
+        let a2 = beat(&mut g, "a", 2, None, now).unwrap();
+        assert_eq!((a2.member_epoch, count(&a2.assignment)), (2, 2), "a keeps two, revokes two, stays at 2");
+        let still = beat(&mut g, "b", 3, None, now).unwrap();
+        assert_eq!(count(&still.assignment), 0, "nothing is free yet");
+        let a3 = beat(&mut g, "a", 2, a2.assignment.clone(), now).unwrap();
+        assert_eq!(a3.member_epoch, 3, "revoked: a moves to the target's epoch");
+        let b2 = beat(&mut g, "b", 3, Some(Assignment::new()), now).unwrap();
+        assert_eq!(count(&b2.assignment), 2, "b takes the two a gave up");
+        assert_eq!(g.state_name(), "Stable");
+        assert_eq!(beat(&mut g, "b", 1, None, now), Err(CoreError::FencedMemberEpoch));
+        assert_eq!(beat(&mut g, "zz", 3, None, now), Err(CoreError::UnknownMemberId));
+        assert_eq!(g.check_commit("b", 3), Ok(()));
+        assert_eq!(g.check_commit("b", 2), Err(CoreError::StaleMemberEpoch));
+        assert_eq!(g.check_commit("", -1), Err(CoreError::UnknownMemberId), "not while it has members");
+    }
+
+    #[test]
+    fn a_silent_member_expires_and_a_slow_revoker_is_fenced() {
+        let now = Instant::now();
+        let mut g = ConsumerGroup::new("g".into());
+        join(&mut g, "a", now);
+        join(&mut g, "b", now);
+        beat(&mut g, "a", 2, None, now).unwrap();
+        // a never confirms its revocation: its rebalance timeout (30 s) removes it.
+        g.tick(now + Duration::from_secs(31));
+        assert!(!g.members.contains_key("a"), "fenced for not revoking");
+        let b = beat(&mut g, "b", 3, Some(Assignment::new()), now + Duration::from_secs(31)).unwrap();
+        assert_eq!(count(&b.assignment), 4, "b gets everything once a is gone");
+        g.tick(now + Duration::from_secs(31 + 46));
+        assert!(g.is_empty(), "b's session expired");
+        assert_eq!(g.state_name(), "Empty");
+    }
+
+    #[test]
+    fn a_leave_frees_the_partitions_and_a_lost_answer_is_forgiven() {
+        let now = Instant::now();
+        let mut g = ConsumerGroup::new("g".into());
+        let a = join(&mut g, "a", now);
+        assert_eq!(beat(&mut g, "a", a.member_epoch, None, now).unwrap().member_epoch, 2);
+        join(&mut g, "b", now);
+        let left = beat(&mut g, "b", LEAVE_EPOCH, None, now).unwrap();
+        assert_eq!(left.member_epoch, LEAVE_EPOCH);
+        let again = beat(&mut g, "a", 2, None, now).unwrap();
+        assert_eq!((again.member_epoch, count(&again.assignment)), (4, 0), "moved on, nothing to change");
+        // The answer at epoch 4 was lost: a heartbeat at the epoch before is still taken.
+        assert_eq!(beat(&mut g, "a", 2, None, now).unwrap().member_epoch, 4);
+    }
+}
