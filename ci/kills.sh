@@ -4,7 +4,9 @@
 # kafka-verifiable-producer fills an input topic; Kafka's TransactionalMessageCopier (one per
 # input partition, offsets committed with group metadata) and franz-go's
 # GroupTransactSession copy it while brokers are SIGKILLed and restarted one after another;
-# then a read_committed reader must find every input message in the output exactly once.
+# then a read_committed reader must find every input message in the output exactly once. Two
+# Java consumers on KIP-848's consumer group protocol read the input meanwhile, committing as
+# they go, and must consume and commit all of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KAAS=target/release/kaas
@@ -23,12 +25,14 @@ start_broker() {
   "$KAAS" serve --data-dir "$data" --listen "127.0.0.1:${ports[$1]}" --broker-id "$1" \
     --set group.initial.rebalance.delay.ms=0 --set broker.session.timeout.ms=3000 \
     --set broker.heartbeat.interval.ms=500 --set broker.lease.drift.margin.ms=500 \
-    --set broker.ownership.settle.ms=1000 > /dev/null 2>> "$data.log" &
+    --set broker.ownership.settle.ms=1000 --set group.consumer.heartbeat.interval.ms=500 \
+    > /dev/null 2>> "$data.log" &
   pids[$1]=$!
 }
 copiers=()
+readers=()
 cleanup() {
-  kill "${pids[@]}" "${copiers[@]}" 2>/dev/null || true
+  kill "${pids[@]}" "${copiers[@]}" "${readers[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$data" "$data.log" "$data".copier-*
 }
@@ -53,6 +57,10 @@ for p in 0 1 2; do
 done
 timeout 300 target/franz-go-check "$bootstrap" copy 40000 > "$data.copier-franz" 2>&1 &
 copiers+=($!)
+# Two Java consumers on KIP-848's consumer group protocol read the input in one group meanwhile;
+# they are not waited for by the kills (their group restarts with each coordinator move).
+timeout 300 java -cp "$cp" kaas.ConsumerProtocolDrain "$bootstrap" input kip848-readers > "$data.copier-kip848" 2>&1 &
+readers=($!)
 
 # While any copier runs, a broker is SIGKILLed, round robin, and started again; the next kill
 # comes once it is back (it waits out its old lease, 3.5 s here, then settles for 1 s), as
@@ -71,6 +79,7 @@ while running; do
   sleep 5
 done
 failed=0
+copiers+=("${readers[@]}")
 for i in "${!copiers[@]}"; do
   if ! wait "${copiers[$i]}"; then
     failed=1
@@ -92,4 +101,5 @@ if ! cmp -s "$data.out" "$data.want"; then
 fi
 rm -f "$data.out" "$data.want"
 grep -h "copied exactly once" "$data.copier-franz"
+grep -h "group.protocol=consumer" "$data.copier-kip848"
 echo "TransactionalMessageCopier x3: $messages messages copied exactly once through $kills broker kills"

@@ -87,10 +87,13 @@ pub enum Mutant {
     /// A v2 EndTxn (v5) ends the transaction under the same epoch: its markers fence nothing,
     /// so a late write of the ended transaction joins the next one (KIP-890's case).
     EndTxnWithoutEpochBump,
+    /// A consumer-protocol member is given its target's partitions at once, whether or not
+    /// another member still holds them.
+    ConsumerAssignsUnreleased,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 28] = [
+    pub const ALL: [Mutant; 29] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -119,6 +122,7 @@ impl Mutant {
         Mutant::MarkerQueueDeletedEarly,
         Mutant::SettleZero,
         Mutant::EndTxnWithoutEpochBump,
+        Mutant::ConsumerAssignsUnreleased,
     ];
 
     pub fn name(self) -> &'static str {
@@ -151,6 +155,7 @@ impl Mutant {
             Mutant::MarkerQueueDeletedEarly => "marker-queue-deleted-early",
             Mutant::SettleZero => "settle-zero",
             Mutant::EndTxnWithoutEpochBump => "end-txn-without-epoch-bump",
+            Mutant::ConsumerAssignsUnreleased => "consumer-assigns-unreleased",
         }
     }
 

@@ -29,11 +29,19 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 /// Cases where kaas answers differently on purpose, and why.
-const DELIBERATE: &[(&str, &str)] = &[(
-    "idempotent-first-batch-at-sequence-5",
-    "a producer kaas never knew must start at sequence 0 (UNKNOWN_PRODUCER_ID); Apache 2.5+ \
-     accepts any, which lets a producer whose first batch failed leave a gap no retry fills",
-)];
+const DELIBERATE: &[(&str, &str)] = &[
+    (
+        "idempotent-first-batch-at-sequence-5",
+        "a producer kaas never knew must start at sequence 0 (UNKNOWN_PRODUCER_ID); Apache 2.5+ \
+         accepts any, which lets a producer whose first batch failed leave a gap no retry fills",
+    ),
+    (
+        "consumer-protocol-unknown-group",
+        "kaas keeps consumer-protocol members in memory, so a member whose group the coordinator \
+         does not know (it restarted, or took the group over) is told UNKNOWN_MEMBER_ID and joins \
+         again; Apache, which reloads its groups, answers GROUP_ID_NOT_FOUND",
+    ),
+];
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -49,6 +57,11 @@ const MASKED: &[&str] = &[
     "topic_id",
     "timestamp",
     "transaction_start_time_ms",
+    // Apache 4.4 computes consumer-group assignments off the request path, so its epoch
+    // numbers run ahead of a synchronous assignor's; clients only compare them for equality.
+    "member_epoch",
+    "group_epoch",
+    "assignment_epoch",
     "log_append_time_ms",
     "throttle_time_ms",
     "error_message",
@@ -715,6 +728,69 @@ fn transactions_v2(c: &mut Session) -> Vec<String> {
     out
 }
 
+/// KIP-848's ConsumerGroupHeartbeat: a join, its errors, the member's epoch, a commit under a
+/// stale epoch, a leave, and ConsumerGroupDescribe.
+fn consumer_protocol(c: &mut Session) -> Vec<String> {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    c.create_topic("conf-cg", 2);
+    c.await_coordinator("conf-cg-g", 0);
+    let beat = |member: &str, epoch: i32, topics: Option<Vec<&str>>, assignor: Option<&str>| {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s("conf-cg-g")))
+            .with_member_id(s(member))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(if epoch == 0 { 30_000 } else { -1 })
+            .with_subscribed_topic_names(topics.map(|t| t.into_iter().map(name).collect()))
+            .with_server_assignor(assignor.map(s))
+            .with_topic_partitions(if epoch == 0 { Some(Vec::<TopicPartitions>::new()) } else { None })
+    };
+    let mut out = Vec::new();
+    let mut call = |c: &mut Session, version: i16, request: ConsumerGroupHeartbeatRequest| {
+        let (answer, response) =
+            c.call::<_, ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat, version, &request);
+        out.push(answer);
+        response
+    };
+    call(c, 1, beat("", 0, Some(vec!["conf-cg"]), None));
+    call(c, 1, beat("conf-m1", 0, None, None));
+    call(c, 1, beat("conf-m1", 0, Some(vec!["conf-cg"]), Some("no-such-assignor")));
+    let joined = call(c, 1, beat("conf-m1", 0, Some(vec!["conf-cg"]), Some("range")));
+    let epoch = joined.member_epoch;
+    call(c, 1, beat("conf-m1", epoch + 5, None, None));
+    call(c, 1, beat("conf-m1", epoch, None, None));
+    let commit = |epoch: i32| {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(s("conf-cg-g")))
+            .with_member_id(s("conf-m1"))
+            .with_generation_id_or_member_epoch(epoch)
+            .with_topics(vec![OffsetCommitRequestTopic::default().with_name(name("conf-cg")).with_partitions(vec![
+                OffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(1),
+            ])])
+    };
+    out.push(c.call::<_, OffsetCommitResponse>(ApiKey::OffsetCommit, 9, &commit(epoch - 1)).0);
+    out.push(c.call::<_, OffsetCommitResponse>(ApiKey::OffsetCommit, 9, &commit(epoch)).0);
+    let describe = |group: &str| ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(group))]);
+    out.push(c.call::<_, ConsumerGroupDescribeResponse>(ApiKey::ConsumerGroupDescribe, 0, &describe("conf-cg-g")).0);
+    c.await_coordinator("conf-cg-none", 0);
+    out.push(c.call::<_, ConsumerGroupDescribeResponse>(ApiKey::ConsumerGroupDescribe, 0, &describe("conf-cg-none")).0);
+    let mut call = |c: &mut Session, request: ConsumerGroupHeartbeatRequest| {
+        out.push(c.call::<_, ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat, 1, &request).0);
+    };
+    call(c, beat("conf-m1", -1, None, None));
+    call(c, beat("conf-m1", epoch, None, None));
+    out
+}
+
+/// A consumer-protocol heartbeat of a member with an epoch, to a group that does not exist.
+fn consumer_protocol_unknown_group(c: &mut Session) -> Vec<String> {
+    c.await_coordinator("conf-cg-gone", 0);
+    let request = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("conf-cg-gone")))
+        .with_member_id(s("conf-nobody"))
+        .with_member_epoch(3);
+    vec![c.call::<_, ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat, 1, &request).0]
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -727,6 +803,8 @@ const CASES: &[(&str, Case)] = &[
     ("transaction-state-errors", transaction_state_errors),
     ("offset-delete", offset_delete),
     ("transactions-v2", transactions_v2),
+    ("consumer-protocol", consumer_protocol),
+    ("consumer-protocol-unknown-group", consumer_protocol_unknown_group),
 ];
 
 #[test]

@@ -1,6 +1,7 @@
 //! End to end with librdkafka (the rdkafka crate), a client nobody here wrote: topics made by
 //! the admin client, compressed acks=all produce, a rebalancing two-member group committing
-//! offsets, a SIGKILL of the broker, and consumption resuming from the committed offsets.
+//! offsets, a SIGKILL of the broker, and consumption resuming from the committed offsets; with
+//! the classic group protocol, and again with KIP-848's (`group.protocol=consumer`).
 
 mod common;
 
@@ -82,17 +83,20 @@ fn commit(consumer: &StreamConsumer<CommitOnRevoke>) {
     }
 }
 
-fn group_consumer(bootstrap: &str, group: &str) -> StreamConsumer<CommitOnRevoke> {
-    let consumer: StreamConsumer<CommitOnRevoke> = ClientConfig::new()
+fn group_consumer(bootstrap: &str, group: &str, protocol: &str) -> StreamConsumer<CommitOnRevoke> {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
+        .set("group.protocol", protocol)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "500")
-        .set("enable.partition.eof", "false")
-        .create_with_context(CommitOnRevoke)
-        .expect("consumer");
+        .set("enable.partition.eof", "false");
+    if protocol == "classic" {
+        // The consumer protocol's timeouts are the broker's (group.consumer.*).
+        config.set("session.timeout.ms", "10000").set("heartbeat.interval.ms", "500");
+    }
+    let consumer: StreamConsumer<CommitOnRevoke> = config.create_with_context(CommitOnRevoke).expect("consumer");
     consumer.subscribe(&[TOPIC]).expect("subscribe");
     consumer
 }
@@ -124,7 +128,17 @@ async fn consume(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn produce_consume_commit_kill9_resume() {
-    let mut kaas = Kaas::start("e2e", &["group.initial.rebalance.delay.ms=200"]);
+    produce_consume_commit_kill9_resume_with("classic").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn produce_consume_commit_kill9_resume_kip848() {
+    produce_consume_commit_kill9_resume_with("consumer").await;
+}
+
+async fn produce_consume_commit_kill9_resume_with(protocol: &str) {
+    let settings = ["group.initial.rebalance.delay.ms=200", "group.consumer.heartbeat.interval.ms=500"];
+    let mut kaas = Kaas::start(&format!("e2e-{protocol}"), &settings);
     let bootstrap = kaas.bootstrap();
 
     let created = admin(&bootstrap)
@@ -144,9 +158,9 @@ async fn produce_consume_commit_kill9_resume() {
     let partitions: BTreeSet<i32> = round1.keys().map(|(p, _)| *p).collect();
     assert_eq!(partitions.len(), PARTITIONS as usize, "keys spread over every partition");
     let seen_a = Arc::new(Mutex::new(Vec::new()));
-    let first = group_consumer(&bootstrap, "g1");
+    let first = group_consumer(&bootstrap, "g1", protocol);
     consume(&first, &seen_a, |n| n >= 500).await;
-    let second = group_consumer(&bootstrap, "g1");
+    let second = group_consumer(&bootstrap, "g1", protocol);
     let assigned = |c: &StreamConsumer<CommitOnRevoke>| c.assignment().map(|a| a.count()).unwrap_or(0);
     let deadline = Instant::now() + Duration::from_secs(60);
     let done = |n: usize| {
@@ -170,7 +184,7 @@ async fn produce_consume_commit_kill9_resume() {
 
     // The group resumes from its committed offsets: exactly round 2 is left to consume.
     let seen_b = Arc::new(Mutex::new(Vec::new()));
-    let resumed = group_consumer(&bootstrap, "g1");
+    let resumed = group_consumer(&bootstrap, "g1", protocol);
     let deadline = Instant::now() + Duration::from_secs(60);
     consume(&resumed, &seen_b, |n| {
         assert!(Instant::now() < deadline, "phase B stalled at {n} records");

@@ -123,6 +123,13 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["aborted-read"],
         scenarios: &["txn-late-write"],
     },
+    MutantSpec {
+        mutant: Mutant::ConsumerAssignsUnreleased,
+        // The coordinator's own invariant (one owner at a time) fires first, or a member is
+        // given a partition another still holds.
+        catches: &["assertion", "split-assignment"],
+        scenarios: &["groups"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

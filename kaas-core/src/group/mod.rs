@@ -767,13 +767,22 @@ impl<E: Env> GroupCoordinator<E> {
             session_timeout_ms: self.config.group_consumer_session_timeout_ms,
             max_size: self.config.group_consumer_max_size,
         };
+        if heartbeat.member_epoch != 0 && !self.consumer_groups.contains_key(group_id) {
+            // Only a join makes a group. Apache answers GROUP_ID_NOT_FOUND here; kaas keeps
+            // consumer-protocol members in memory, so a member of a group this coordinator no
+            // longer knows (it restarted, or took the group over) is told to join again.
+            return Err(CoreError::UnknownMemberId);
+        }
         let unique = [self.env.rng().next_u64(), self.env.rng().next_u64()];
-        let group = self
-            .consumer_groups
-            .entry(group_id.to_string())
-            .or_insert_with(|| ConsumerGroup::new(group_id.to_string()));
         let member_id = || crate::hex::encode(&[unique[0].to_be_bytes(), unique[1].to_be_bytes()].concat());
-        group.heartbeat(heartbeat, topics, settings, now, member_id)
+        // A join refused leaves no group behind.
+        let mut group =
+            self.consumer_groups.remove(group_id).unwrap_or_else(|| ConsumerGroup::new(group_id.to_string()));
+        let answer = group.heartbeat(heartbeat, topics, settings, now, member_id);
+        if answer.is_ok() || group.group_epoch > 0 {
+            self.consumer_groups.insert(group_id.to_string(), group);
+        }
+        answer
     }
 
     /// The consumer group of `group_id` with members, if there is one: commits are checked
@@ -891,13 +900,18 @@ impl<E: Env> GroupCoordinator<E> {
     }
 
     async fn delete(&mut self, group_id: &str) -> CoreResult<()> {
+        let consumer = self.consumer_groups.get(group_id);
+        if consumer.is_some_and(|c| !c.is_empty()) {
+            return Err(CoreError::NonEmptyGroup);
+        }
         match self.groups.get(group_id) {
-            None => return Err(CoreError::GroupIdNotFound),
+            None if consumer.is_none() => return Err(CoreError::GroupIdNotFound),
             Some(g) if !g.is_empty() => return Err(CoreError::NonEmptyGroup),
-            Some(_) => {}
+            _ => {}
         }
         self.offsets.delete_group(group_id).await?;
         self.groups.remove(group_id);
+        self.consumer_groups.remove(group_id);
         Ok(())
     }
 }

@@ -48,7 +48,7 @@ pub async fn heartbeat<E: Env>(
     request: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
     let interval = ctx.broker.config.group_consumer_heartbeat_interval_ms;
-    if request.subscribed_topic_regex.is_some() {
+    if request.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
         // Regular expressions are resolved by the broker from v1; not yet here.
         let response = ConsumerGroupHeartbeatResponse::default()
             .with_error_code(ResponseError::InvalidRequest.code())
@@ -89,6 +89,8 @@ pub async fn heartbeat<E: Env>(
                     .collect();
                 heartbeat::Assignment::default().with_topic_partitions(topics)
             });
+            // A member that left is told no interval, as Apache answers it.
+            let interval = if answer.member_epoch < 0 { 0 } else { interval };
             ConsumerGroupHeartbeatResponse::default()
                 .with_member_id(Some(text(&answer.member_id)))
                 .with_member_epoch(answer.member_epoch)
@@ -151,6 +153,8 @@ pub async fn describe<E: Env>(
                     .with_client_id(text(&m.client_id))
                     .with_client_host(text(&m.client_host))
                     .with_subscribed_topic_names(m.subscribed_topic_names.iter().map(|n| TopicName(text(n))).collect())
+                    // No regular expression: empty, as Apache answers.
+                    .with_subscribed_topic_regex(Some(text("")))
                     .with_assignment(to_wire(&m.assigned))
                     .with_target_assignment(to_wire(group.target.get(&m.member_id).unwrap_or(&Assignment::new())))
                     // 1: a consumer-protocol member (0 would be a classic one in a mixed group).

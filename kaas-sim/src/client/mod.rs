@@ -553,6 +553,56 @@ impl WireClient {
     }
 }
 
+/// What a ConsumerGroupHeartbeat (KIP-848) answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Beat {
+    pub member_id: String,
+    pub member_epoch: i32,
+    /// The member's partitions when the coordinator says them: (topic id, partitions).
+    pub assignment: Option<Vec<([u8; 16], Vec<i32>)>>,
+}
+
+/// The consumer group protocol (KIP-848): the broker assigns.
+impl WireClient {
+    /// ConsumerGroupHeartbeat v1. `subscribe` on a join (and whenever it changes); `owned`, the
+    /// partitions the member holds now, when it has something to report.
+    pub async fn consumer_heartbeat(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        member_epoch: i32,
+        subscribe: Option<&str>,
+        owned: Option<&[([u8; 16], Vec<i32>)]>,
+    ) -> Outcome<Beat> {
+        use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+        let owned = owned.map(|o| {
+            o.iter()
+                .map(|(id, ps)| {
+                    TopicPartitions::default().with_topic_id(uuid::Uuid::from_bytes(*id)).with_partitions(ps.clone())
+                })
+                .collect()
+        });
+        let request = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(text(group)))
+            .with_member_id(text(member_id))
+            .with_member_epoch(member_epoch)
+            .with_rebalance_timeout_ms(if member_epoch == 0 { 5_000 } else { -1 })
+            .with_subscribed_topic_names(subscribe.map(|t| vec![TopicName(text(t))]))
+            .with_topic_partitions(owned);
+        match self.call::<_, ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat, 1, &request).await {
+            Ok(r) if r.error_code == 0 => Outcome::Ok(Beat {
+                member_id: r.member_id.map(|m| m.to_string()).unwrap_or_else(|| member_id.to_string()),
+                member_epoch: r.member_epoch,
+                assignment: r.assignment.map(|a| {
+                    a.topic_partitions.iter().map(|t| (*t.topic_id.as_bytes(), t.partitions.clone())).collect()
+                }),
+            }),
+            Ok(r) => Outcome::Failed(r.error_code),
+            Err(_) => Outcome::Indefinite,
+        }
+    }
+}
+
 /// An idempotent producer's identity and where a batch sits in its sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerStamp {

@@ -359,6 +359,24 @@ impl Client {
         routed!(self, route, "heartbeat", |c| c.heartbeat(group, member))
     }
 
+    pub async fn consumer_heartbeat(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        member_epoch: i32,
+        subscribe: Option<&str>,
+        owned: Option<&[([u8; 16], Vec<i32>)]>,
+    ) -> Outcome<super::Beat> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "consumer-heartbeat", |c| c.consumer_heartbeat(
+            group,
+            member_id,
+            member_epoch,
+            subscribe,
+            owned
+        ))
+    }
+
     pub async fn leave_group(&mut self, group: &str, member: &Member) -> Outcome<()> {
         let route = Route::Coordinator(GROUP, group.to_string());
         routed!(self, route, "leave-group", |c| c.leave_group(group, member))

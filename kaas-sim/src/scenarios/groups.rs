@@ -4,7 +4,10 @@
 //! the volume, clock trouble), member crashes (the member's process is killed, so the group
 //! waits out its session), partitions and held messages between the broker and anyone,
 //! BUGGIFY. Besides the checkers every scenario runs, this one checks that no generation hands
-//! a partition to two members and that no old generation's commit is taken.
+//! a partition to two members and that no old generation's commit is taken. Half the worlds'
+//! members speak KIP-848's consumer protocol (`workloads::consumer_member`): the broker assigns,
+//! and the checks are that no partition is given while a live member holds it and that no
+//! commit of a partition given away since is taken.
 
 use std::time::Duration;
 
@@ -18,6 +21,7 @@ use super::common::{self, Common, FaultMix};
 use super::{RunResult, World};
 use crate::checkers::{self, groups as group_check};
 use crate::faults::{Fault, Planned};
+use crate::workloads::consumer_member;
 use crate::workloads::member::{self, Group, Membership};
 use crate::workloads::plain::{self, Batch};
 use crate::workloads::{self, Shared, consumer};
@@ -40,6 +44,9 @@ pub struct Groups {
     /// Chance in a thousand that a member stalls before a commit for longer than its session.
     pub pause_per_mille: u32,
     pub max_wait_ms: i32,
+    /// The members speak KIP-848's consumer protocol instead of the classic one.
+    #[serde(default)]
+    pub consumer_protocol: bool,
 }
 
 fn member_name(i: usize) -> String {
@@ -70,6 +77,8 @@ impl World for Groups {
             session_timeout_ms: rng.random_range(1500..6000),
             pause_per_mille: if rng.random_bool(0.5) { rng.random_range(5..=40) } else { 0 },
             max_wait_ms: [0, 20, 100][rng.random_range(0..3)],
+            // Drawn last, so that the rest of a seed's world is what it was before KIP-848.
+            consumer_protocol: rng.random_bool(0.5),
         }
     }
 
@@ -81,6 +90,8 @@ impl World for Groups {
         let config = BrokerConfig {
             group_initial_rebalance_delay_ms: 0,
             group_min_session_timeout_ms: 1000,
+            group_consumer_session_timeout_ms: self.session_timeout_ms,
+            group_consumer_heartbeat_interval_ms: consumer_member::HEARTBEAT_INTERVAL_MS as i32,
             ..BrokerConfig::default()
         };
         let mut run = common::start(seed, &self.common, SIM_SECONDS_MAX, &config);
@@ -99,11 +110,15 @@ impl World for Groups {
                 seed: self.common.workload_seed.wrapping_add(i as u64),
             };
             let (world, group, coordinator) = (world.clone(), group.clone(), coordinator.clone());
+            let consumer_protocol = self.consumer_protocol;
             run.sim.host(member_name(i), move || {
                 let (m, world, group, coordinator) =
                     (membership.clone(), world.clone(), group.clone(), coordinator.clone());
                 async move {
-                    member::member(member_name(i), m, world, group, coordinator).await;
+                    match consumer_protocol {
+                        true => consumer_member::member(member_name(i), m, world, group, coordinator).await,
+                        false => member::member(member_name(i), m, world, group, coordinator).await,
+                    }
                     Ok(())
                 }
             });
@@ -120,6 +135,10 @@ impl World for Groups {
             }
             violations.extend(group_check::check_assignments(&g.assignments));
             violations.extend(group_check::check_fencing(&g.assignments, &g.commits));
+            violations.extend(group_check::check_ownership(&g.ownership));
+            if self.consumer_protocol {
+                violations.extend(group_check::check_consumer_fencing(&g.ownership, &g.commits));
+            }
         }
         run.finish("groups", seed, violations)
     }

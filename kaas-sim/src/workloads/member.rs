@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{Shared, backoff};
-use crate::checkers::groups::{Assignment, GroupCommit};
+use crate::checkers::groups::{Assignment, GroupCommit, Ownership};
 use crate::checkers::{Commit, Resume, Session};
 use crate::client::{CORRUPT_READ, OFFSET_OUT_OF_RANGE, Outcome};
 use crate::history::outcome_name;
@@ -45,6 +45,8 @@ pub struct GroupState {
     /// producer finished.
     pub caught_up: BTreeSet<i32>,
     pub members_done: BTreeSet<String>,
+    /// Consumer-protocol members' partitions (KIP-848), for `checkers::groups`.
+    pub ownership: Vec<Ownership>,
 }
 
 pub type Group = Arc<Mutex<GroupState>>;

@@ -2,12 +2,13 @@
 //! acks 0, 1 or all (`plain`), pipelined idempotent producers (`idempotent`), transactional
 //! producers and their zombies (`transactional`), committing and read_committed consumers and
 //! the final reads (`consumer`), consume-transform-produce copiers (`copier`), and consumer
-//! group members (`member`). A scenario is then mostly its knobs, its fault plan and its checks.
+//! group members of the classic protocol (`member`) and of KIP-848's (`consumer_member`). A scenario is then mostly its knobs, its fault plan and its checks.
 //!
 //! Every piece talks to the brokers through a `Client` (routing by Metadata and
 //! FindCoordinator) and records what it meant and saw in the shared `World`.
 
 pub mod consumer;
+pub mod consumer_member;
 pub mod copier;
 pub mod idempotent;
 pub mod member;

@@ -114,6 +114,12 @@ public final class ConsumerProtocol {
                 admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
             long sum = committed.values().stream().mapToLong(OffsetAndMetadata::offset).sum();
             check(sum == RECORDS, "the committed offsets cover the topic: " + committed.keySet() + " sum " + sum);
+            boolean listed = admin.listGroups().all().get().stream()
+                .anyMatch(g -> g.groupId().equals(group) && g.type().orElse(null) == GroupType.CONSUMER);
+            check(listed, "listGroups names it a consumer group");
+            admin.deleteConsumerGroups(List.of(group)).all().get();
+            check(admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get().isEmpty(),
+                "deleted with its offsets");
         }
         System.out.println("java consumer, group.protocol=consumer (" + assignor + "): split, consumed and committed "
             + RECORDS + " records, every partition back after a leave");
