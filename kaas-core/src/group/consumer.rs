@@ -166,18 +166,17 @@ impl ConsumerGroup {
         self.members.values().flat_map(|m| [Some(m.session_deadline), m.revocation_deadline]).flatten().min()
     }
 
-    /// A heartbeat: joins, leaves, or moves the member on towards its target. `topics` is every
-    /// topic there is, by name; `new_member_id` names a member that joins without naming itself
-    /// (v0).
+    /// A heartbeat: joins, leaves, or moves the member on towards its target. `topic` looks a
+    /// topic up by name; `new_member_id` names a member that joins without naming itself (v0).
     pub fn heartbeat(
         &mut self,
         hb: Heartbeat,
-        topics: &BTreeMap<String, TopicMetadata>,
+        topic: &dyn Fn(&str) -> Option<TopicMetadata>,
         settings: Settings,
         now: Instant,
         new_member_id: impl FnOnce() -> String,
     ) -> CoreResult<HeartbeatAnswer> {
-        let answer = self.heartbeat_unchecked(hb, topics, settings, now, new_member_id);
+        let answer = self.heartbeat_unchecked(hb, topic, settings, now, new_member_id);
         self.check_invariants();
         answer
     }
@@ -185,7 +184,7 @@ impl ConsumerGroup {
     fn heartbeat_unchecked(
         &mut self,
         hb: Heartbeat,
-        topics: &BTreeMap<String, TopicMetadata>,
+        topic: &dyn Fn(&str) -> Option<TopicMetadata>,
         settings: Settings,
         now: Instant,
         new_member_id: impl FnOnce() -> String,
@@ -232,7 +231,7 @@ impl ConsumerGroup {
             member.rack_id = hb.rack_id.clone();
         }
         changed |= joining;
-        changed |= self.refresh_topics(topics);
+        changed |= self.refresh_topics(topic);
         if changed {
             // One bump for whatever this heartbeat changed, as Apache's coordinator makes it.
             self.group_epoch += 1;
@@ -320,10 +319,10 @@ impl ConsumerGroup {
 
     /// Whether a subscribed topic appeared, went, or has other partitions (the group epoch
     /// then moves).
-    fn refresh_topics(&mut self, topics: &BTreeMap<String, TopicMetadata>) -> bool {
+    fn refresh_topics(&mut self, topic: &dyn Fn(&str) -> Option<TopicMetadata>) -> bool {
         let subscribed: BTreeSet<&String> = self.members.values().flat_map(|m| &m.subscribed_topic_names).collect();
         let now: BTreeMap<String, TopicMetadata> =
-            subscribed.into_iter().filter_map(|name| topics.get(name).map(|t| (name.clone(), t.clone()))).collect();
+            subscribed.into_iter().filter_map(|name| topic(name).map(|t| (name.clone(), t))).collect();
         let changed = now != self.subscribed_topics;
         self.subscribed_topics = now;
         changed
@@ -456,8 +455,12 @@ mod tests {
 
     const SETTINGS: Settings = Settings { session_timeout_ms: 45_000, max_size: 100 };
 
-    fn topics() -> BTreeMap<String, TopicMetadata> {
-        [("t".to_string(), TopicMetadata { topic_id: [7; 16], name: "t".into(), partitions: 4 })].into_iter().collect()
+    fn topic(name: &str) -> Option<TopicMetadata> {
+        (name == "t").then(|| TopicMetadata { topic_id: [7; 16], name: "t".into(), partitions: 4 })
+    }
+
+    fn start() -> Instant {
+        Instant::now() // allow-nondeterminism: tests pass every later instant in
     }
 
     fn join(g: &mut ConsumerGroup, id: &str, now: Instant) -> HeartbeatAnswer {
@@ -469,7 +472,7 @@ mod tests {
             owned: Some(Assignment::new()),
             ..Heartbeat::default()
         };
-        g.heartbeat(hb, &topics(), SETTINGS, now, || unreachable!()).unwrap()
+        g.heartbeat(hb, &topic, SETTINGS, now, || unreachable!()).unwrap()
     }
 
     fn beat(
@@ -480,7 +483,7 @@ mod tests {
         now: Instant,
     ) -> CoreResult<HeartbeatAnswer> {
         let hb = Heartbeat { member_id: id.into(), member_epoch: epoch, owned, ..Heartbeat::default() };
-        g.heartbeat(hb, &topics(), SETTINGS, now, || unreachable!())
+        g.heartbeat(hb, &topic, SETTINGS, now, || unreachable!())
     }
 
     fn count(a: &Option<Assignment>) -> usize {
@@ -489,7 +492,7 @@ mod tests {
 
     #[test]
     fn a_second_member_gets_partitions_only_once_the_first_revoked_them() {
-        let now = Instant::now();
+        let now = start();
         let mut g = ConsumerGroup::new("g".into());
         let a = join(&mut g, "a", now);
         assert_eq!((a.member_epoch, count(&a.assignment)), (1, 4), "joined: epoch 1, everything");
@@ -516,7 +519,7 @@ mod tests {
 
     #[test]
     fn a_silent_member_expires_and_a_slow_revoker_is_fenced() {
-        let now = Instant::now();
+        let now = start();
         let mut g = ConsumerGroup::new("g".into());
         join(&mut g, "a", now);
         join(&mut g, "b", now);
@@ -533,7 +536,7 @@ mod tests {
 
     #[test]
     fn a_leave_frees_the_partitions_and_a_lost_answer_is_forgiven() {
-        let now = Instant::now();
+        let now = start();
         let mut g = ConsumerGroup::new("g".into());
         let a = join(&mut g, "a", now);
         assert_eq!(beat(&mut g, "a", a.member_epoch, None, now).unwrap().member_epoch, 1);

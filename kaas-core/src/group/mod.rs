@@ -30,6 +30,7 @@ use crate::cluster::{Claims, ClusterView, Kind, MembershipHandle, group_key};
 use crate::config::BrokerConfig;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
+use crate::topics::MetadataSnapshot;
 use assignor::TopicMetadata;
 use consumer::{ConsumerGroup, Heartbeat, HeartbeatAnswer};
 pub use offsets::CommittedOffset;
@@ -71,9 +72,6 @@ pub struct GroupListing {
     /// "classic" or "consumer" (ListGroups v5).
     pub group_type: &'static str,
 }
-
-/// The topics a consumer group's assignor may give out, by name.
-pub type TopicsMetadata = Arc<BTreeMap<String, TopicMetadata>>;
 
 pub struct CommitRequest {
     pub group_id: String,
@@ -135,7 +133,7 @@ enum Command {
     ConsumerHeartbeat {
         group_id: String,
         heartbeat: Heartbeat,
-        topics: TopicsMetadata,
+        topics: Arc<MetadataSnapshot>,
         reply: oneshot::Sender<CoreResult<HeartbeatAnswer>>,
     },
     /// ConsumerGroupDescribe: the group as it is (None: no consumer group by that id).
@@ -273,12 +271,12 @@ impl GroupsHandle {
         self.ask(|reply| Command::CompleteTxn { group_id, producer_id, commit, reply }).await.unwrap_or_else(gone)
     }
 
-    /// ConsumerGroupHeartbeat (KIP-848); `topics` is every topic the assignor may give out.
+    /// ConsumerGroupHeartbeat (KIP-848); the assignor gives out the topics of `topics`.
     pub async fn consumer_heartbeat(
         &self,
         group_id: String,
         heartbeat: Heartbeat,
-        topics: TopicsMetadata,
+        topics: Arc<MetadataSnapshot>,
     ) -> CoreResult<HeartbeatAnswer> {
         self.ask(|reply| Command::ConsumerHeartbeat { group_id, heartbeat, topics, reply }).await.unwrap_or_else(gone)
     }
@@ -754,7 +752,7 @@ impl<E: Env> GroupCoordinator<E> {
         &mut self,
         group_id: &str,
         heartbeat: Heartbeat,
-        topics: &BTreeMap<String, TopicMetadata>,
+        topics: &MetadataSnapshot,
         now: Instant,
     ) -> CoreResult<HeartbeatAnswer> {
         if group_id.is_empty() {
@@ -778,7 +776,16 @@ impl<E: Env> GroupCoordinator<E> {
         // A join refused leaves no group behind.
         let mut group =
             self.consumer_groups.remove(group_id).unwrap_or_else(|| ConsumerGroup::new(group_id.to_string()));
-        let answer = group.heartbeat(heartbeat, topics, settings, now, member_id);
+        // Only the topics the members subscribe to are looked up, not every topic there is.
+        let topic = |name: &str| {
+            let t = topics.topics.get(name)?;
+            Some(TopicMetadata {
+                topic_id: t.meta.topic_id,
+                name: name.to_string(),
+                partitions: t.partitions.len() as i32,
+            })
+        };
+        let answer = group.heartbeat(heartbeat, &topic, settings, now, member_id);
         if answer.is_ok() || group.group_epoch > 0 {
             self.consumer_groups.insert(group_id.to_string(), group);
         }

@@ -2,12 +2,8 @@
 //! ConsumerGroupDescribe (v0-v1). Each decodes, asks the group coordinator (whose consumer
 //! groups are `kaas_core::group::consumer`), and encodes. Assignments name topics by id.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use kaas_core::env::Env;
-use kaas_core::group::TopicsMetadata;
-use kaas_core::group::assignor::{Assignment, TopicMetadata};
+use kaas_core::group::assignor::Assignment;
 use kaas_core::group::consumer::Heartbeat;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::consumer_group_describe_response::{self as describe, DescribedGroup};
@@ -18,21 +14,6 @@ use super::groups::{client_id, host_of};
 use super::{text, uuid};
 use crate::connection::Context;
 use crate::error;
-
-/// Every topic there is, as the assignor sees it (internal ones are not served as topics).
-fn topics_metadata<E: Env>(ctx: &Context<E>) -> TopicsMetadata {
-    let snapshot = ctx.broker.topics.snapshot();
-    let topics: BTreeMap<String, TopicMetadata> = snapshot
-        .topics
-        .iter()
-        .map(|(name, t)| {
-            let metadata =
-                TopicMetadata { topic_id: t.meta.topic_id, name: name.clone(), partitions: t.partitions.len() as i32 };
-            (name.clone(), metadata)
-        })
-        .collect();
-    Arc::new(topics)
-}
 
 fn owned_from_wire(topics: &[consumer_group_heartbeat_request::TopicPartitions]) -> Assignment {
     let mut owned = Assignment::new();
@@ -75,7 +56,8 @@ pub async fn heartbeat<E: Env>(
             .with_error_code(ResponseError::InvalidRequest.code())
             .with_error_message(Some(text("MemberId can't be empty.")));
     }
-    let answered = ctx.broker.groups.consumer_heartbeat(request.group_id.0.to_string(), hb, topics_metadata(ctx)).await;
+    let answered =
+        ctx.broker.groups.consumer_heartbeat(request.group_id.0.to_string(), hb, ctx.broker.topics.snapshot()).await;
     match answered {
         Ok(answer) => {
             let assignment = answer.assignment.map(|a| {

@@ -1,6 +1,7 @@
-//! Produce (v3-v13; v0-v2 advertised and refused; v13 names topics by id). Batches are checked (header, CRC, magic)
-//! and queued on their partition actors in request order before this returns; the answer waits
-//! for the fsync of every partition (acks=1 and acks=all alike: the volume is the replica).
+//! Produce (v3-v13; v0-v2 advertised and refused; v13 names topics by id). Batches are checked
+//! (header, CRC, magic) and queued on their partition actors in request order before this
+//! returns; the answer waits for the fsync of every partition (acks=1 and acks=all alike: the
+//! volume is the replica).
 //!
 //! A transactional batch whose producer has no transaction open in the partition is verified
 //! with the transaction coordinator first (KIP-890 part 1, `Broker::verify_produce`), before
@@ -22,8 +23,9 @@ use super::{encode, raw_header, text};
 use crate::connection::{Answer, Context, Response};
 use crate::error;
 
-/// A topic of the request as named (by name, or from v13 by id) and its partitions' answers.
-type TopicPending = (kafka_protocol::messages::TopicName, uuid::Uuid, Vec<(i32, Pending)>);
+/// A topic of the request as named (by name, or from v13 by id), the name it resolved to (None:
+/// an id no topic has), and its partitions' answers.
+type TopicPending = (kafka_protocol::messages::TopicName, uuid::Uuid, Option<String>, Vec<(i32, Pending)>);
 
 enum Pending {
     Done(CoreResult<kaas_core::partition::AppendOutcome>),
@@ -95,7 +97,7 @@ pub async fn handle<E: Env>(
             };
             partitions.push((data.index, pending));
         }
-        topics.push((topic_data.name, topic_data.topic_id, partitions));
+        topics.push((topic_data.name, topic_data.topic_id, name, partitions));
     }
     if acks == 0 {
         return Ok(Answer::Now(Response::Nothing));
@@ -103,9 +105,8 @@ pub async fn handle<E: Env>(
     let header = header.clone();
     Ok(Answer::Later(Box::pin(async move {
         let mut responses = Vec::new();
-        for (name, topic_id, partitions) in topics {
-            let known = snapshot.names_by_id.get(topic_id.as_bytes());
-            let resolved = if version >= 13 { known.cloned().unwrap_or_default() } else { name.0.to_string() };
+        for (name, topic_id, resolved, partitions) in topics {
+            let resolved = resolved.unwrap_or_default();
             let mut partition_responses = Vec::new();
             for (index, pending) in partitions {
                 // Only an append the partition refused (a sequence, an epoch) tells its log start,
