@@ -194,7 +194,16 @@ impl<V: Volume> Claims<V> {
                 if !released && !own_earlier_session && !gone {
                     return Ok(None);
                 }
-                if c.broker_id == view.me && c.incarnation == view.incarnation && c.session == view.session && !released
+                // A claim given up whose release is still owed (the volume refused it) is no
+                // longer ours: the retry would release it under us, and a peer would claim the
+                // next epoch while we still wrote. A new epoch supersedes it instead.
+                let release_owed =
+                    self.unreleased.get(&(kind, key.to_string())).is_some_and(|&(epoch, _)| epoch == c.epoch);
+                if c.broker_id == view.me
+                    && c.incarnation == view.incarnation
+                    && c.session == view.session
+                    && !released
+                    && !release_owed
                 {
                     // Ours in this very session and never given up: still ours. If its create
                     // failed at the directory sync, it is made durable before it is used, and
@@ -341,6 +350,29 @@ mod tests {
         write_claim(&volume, &dir, 8).await;
         assert_eq!(claims.current(Kind::Partition, "t-0").await.unwrap().map(|c| c.epoch), Some(8));
         assert_eq!(Claims::new(volume.clone()).current(Kind::Partition, "t-1").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_claim_given_up_whose_release_failed_is_superseded_not_taken_up_again() {
+        let volume = volume();
+        let view = ClusterView::standalone(1, crate::env::Clock::monotonic(&crate::env::real::RealClock));
+        let now = crate::env::Clock::monotonic(&crate::env::real::RealClock);
+        let mut claims = Claims::new(volume.clone());
+        let dir = Claims::<RealVolume>::key_dir(Kind::Group, "group-g");
+        assert_eq!(claims.try_claim(Kind::Group, "group-g", &view, now).await.unwrap().map(|c| c.epoch), Some(1));
+        // The volume refuses the release: the directory is away for the moment.
+        volume.rename(&dir, "moved-away").await.unwrap();
+        claims.release(Kind::Group, "group-g", 1).await;
+        volume.rename("moved-away", &dir).await.unwrap();
+        assert_eq!(volume.read(&join(&dir, &released_name(1))).await.unwrap(), None);
+        // Taken again in the same session: epoch 1's release is still owed, so it cannot be
+        // held again (the retry would release it under its holder).
+        let claimed = claims.try_claim(Kind::Group, "group-g", &view, now).await.unwrap().expect("claimed");
+        assert_eq!((claimed.epoch, claimed.takeover), (2, true));
+        claims.retry_releases().await;
+        assert_eq!(volume.read(&join(&dir, &released_name(1))).await.unwrap(), None, "no release owed any more");
+        assert_eq!(volume.read(&join(&dir, &released_name(2))).await.unwrap(), None, "epoch 2 is held");
+        assert_eq!(claims.current(Kind::Group, "group-g").await.unwrap().map(|c| c.epoch), Some(2));
     }
 
     #[test]
