@@ -49,6 +49,7 @@ impl<E: Env> Broker<E> {
             peers.clone(),
         )
         .await?;
+        marker_queue::recover(&env, config.broker_id).await?;
         let stop = marker_queue::start(&env, config.broker_id, topics.clone(), groups.clone(), membership.subscribe());
         let _marker_watcher = Arc::new(stop);
         Ok(Broker { env, config, topics, groups, producer_ids, txn, membership, peers, _marker_watcher })

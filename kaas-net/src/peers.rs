@@ -68,7 +68,7 @@ pub async fn serve<E: Env>(env: E, broker_id: i32, mut calls: mpsc::Receiver<Pee
         links.retain(|_, link| !link.is_closed());
         let link = links.entry(to.clone()).or_insert_with(|| {
             let (tx, rx) = mpsc::channel(LINK_QUEUE_MAX);
-            env.spawner().spawn("peer-link", link(env.clone(), to.clone(), format!("kaas-broker-{broker_id}"), rx));
+            env.spawner().spawn("peer-link", link(env.clone(), to.clone(), peers::client_id(broker_id), rx));
             tx
         });
         // A full link means the peer is slow or gone, and a link that ended idle just now

@@ -9,6 +9,10 @@
 //! producer's epoch bumped by its coordinator) travels as a marker naming no partition, which
 //! an Apache broker would take as a marker with nothing to write: the peer refuses the older
 //! epochs on every partition it owns.
+//!
+//! A peer's calls carry the client id `kaas-broker-<id>`. Its markers are written only as the
+//! marker queue's entry still owes them (`marker_queue::apply_called`); WriteTxnMarkers from any
+//! other client (an admin's abort of a hanging transaction) is written as asked.
 
 use std::sync::{Arc, OnceLock};
 
@@ -20,6 +24,17 @@ use crate::txn::coordinator::{Join, TxnMember};
 /// Calls queued for the wire client before it refuses more.
 const QUEUED_MAX: usize = 1024;
 const GROUP_PSEUDO_TOPIC: &str = "__consumer_offsets/";
+const CLIENT_ID_PREFIX: &str = "kaas-broker-";
+
+/// The client id of broker `broker_id`'s calls to its peers.
+pub fn client_id(broker_id: i32) -> String {
+    format!("{CLIENT_ID_PREFIX}{broker_id}")
+}
+
+/// Whether a request's client id is a peer broker's.
+pub fn is_peer_client(client_id: Option<&str>) -> bool {
+    client_id.and_then(|id| id.strip_prefix(CLIENT_ID_PREFIX)).is_some_and(|n| n.parse::<i32>().is_ok())
+}
 
 /// A peer broker's endpoint, as its lease advertises it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -918,18 +918,25 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
             coordinator_epoch: COORDINATOR_EPOCH,
             members: members.clone(),
         };
-        // The entries of every peer are written at once, while the calls go out.
+        // The entries of every peer are written at once; each call goes once its entry is
+        // durable, since the peer writes only what an entry owes (`marker_queue`).
         let (done, queued) = oneshot::channel();
-        let (volume, id, to_peer, queue_markers) =
-            (to.env.volume().clone(), entry.transactional_id.clone(), peer.broker_id, markers.clone());
+        let (volume, id, to_peer) = (to.env.volume().clone(), entry.transactional_id.clone(), peer.broker_id);
         to.env.spawner().spawn("marker-enqueue", async move {
-            let _ = done.send(Queued::enqueue(volume, to_peer, &id, &queue_markers).await);
+            let _ = done.send(Queued::enqueue(volume, to_peer, &id, &markers).await.map(|queued| (queued, markers)));
         });
+        asked.push((peer, members, queued));
+    }
+    let mut called = Vec::new();
+    for (peer, members, queued) in asked {
+        let queued = queued.await.unwrap_or_else(|_| Err(std::io::Error::other("enqueue task stopped")));
+        let (queued, markers) =
+            queued.map_err(|e| CoreError::Storage(format!("marker queue of broker {}: {e}", peer.broker_id)))?;
         let answer = to.peers.queue_markers(peer.clone(), markers).await;
-        asked.push((peer, members, queued, answer));
+        called.push((peer, members, queued, answer));
     }
     if !crate::mutant!(CompleteBeforeMarkersDurable) {
-        let markers = local.len() + asked.iter().map(|(_, m, _, _)| m.len()).sum::<usize>();
+        let markers = local.len() + called.iter().map(|(_, m, _, _)| m.len()).sum::<usize>();
         let mut durable = 0;
         let mut first_durable = || {
             durable += 1;
@@ -941,10 +948,7 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
                 crate::park_for_crash().await;
             }
         }
-        for (peer, members, queued, answer) in asked {
-            let queued = queued.await.unwrap_or_else(|_| Err(std::io::Error::other("enqueue task stopped")));
-            let queued =
-                queued.map_err(|e| CoreError::Storage(format!("marker queue of broker {}: {e}", peer.broker_id)))?;
+        for (peer, members, queued, answer) in called {
             await_peer(to, &peer, &members, &queued, answer).await?;
             for _ in &members {
                 if first_durable() {
@@ -989,6 +993,9 @@ async fn await_peer<E: Env>(
             Some((_, Ok(()))) => {}
             Some((_, Err(e))) => {
                 tracing::debug!(broker = peer.broker_id, ?member, error = %e, "marker refused by its owner");
+                // Takes away the refusal the call left, if it left one: the next dispatch
+                // queues anew.
+                let _ = queued.settled().await;
                 return Err(e.clone());
             }
             None => answered = false,

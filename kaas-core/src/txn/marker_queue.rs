@@ -6,13 +6,16 @@
 //!
 //! One rule makes a late or repeated marker harmless: a queued entry is applied only while the
 //! slot file still shows its transaction prepared with the same producer id, epoch and result.
-//! Until that transaction completes, no next one can write to its partitions (AddPartitionsToTxn
-//! and KIP-890 verification answer CONCURRENT_TRANSACTIONS), so a second marker of it finds
-//! nothing to end. And it completes only once no entry of it is in any queue: the watcher takes
-//! an entry by renaming it to `.applying` and removes that only once every marker is durable;
-//! the coordinator, answered by the call, removes the `.json` and then waits for no `.applying`
-//! to be left. An entry whose transaction is no longer prepared is stale (a coordinator that
-//! died before its clean-up, a zombie's late write) and removed unapplied.
+//! The call applies its markers by the same rule: it takes the entry (`.calling`), which the
+//! coordinator writes before it calls, and writes nothing when it finds none. Until that
+//! transaction completes, no next one can write to its partitions (AddPartitionsToTxn and
+//! KIP-890 verification answer CONCURRENT_TRANSACTIONS), so a second marker of it finds nothing
+//! to end. And it completes only once no entry of it is in any queue: the watcher takes an entry
+//! by renaming it to `.applying`, a call by renaming it to `.calling`, and either removes it only
+//! once every marker is durable; the coordinator, answered by the call, removes the `.json` and
+//! then waits for no `.applying` or `.calling` to be left. An entry whose transaction is no
+//! longer prepared is stale (a coordinator that died before its clean-up, a zombie's late write)
+//! and removed unapplied.
 //!
 //! A watcher that does not own a member of its entry any more writes the markers it can and
 //! turns the entry into `.refused`; its coordinator, finding that, takes it away and routes the
@@ -35,6 +38,7 @@ use crate::env::{Clock, Env, Spawner, Volume, join};
 use crate::error::{CoreError, CoreResult};
 use crate::group::GroupsHandle;
 use crate::topics::TopicsHandle;
+use crate::txn::coordinator::TxnMember;
 use crate::txn::markers::write_markers_here;
 use crate::txn::state::TxnState;
 use crate::txn::store;
@@ -65,8 +69,14 @@ fn applying(queued: &str) -> String {
     format!("{}.applying", queued.strip_suffix(".json").unwrap_or(queued))
 }
 
-fn refused(applying: &str) -> String {
-    format!("{}.refused", applying.strip_suffix(".applying").unwrap_or(applying))
+fn calling(queued: &str) -> String {
+    format!("{}.calling", queued.strip_suffix(".json").unwrap_or(queued))
+}
+
+/// A refusal's name, from a taken entry (`.applying` or `.calling`).
+fn refused(taken: &str) -> String {
+    let stem = taken.strip_suffix(".applying").or_else(|| taken.strip_suffix(".calling")).unwrap_or(taken);
+    format!("{stem}.refused")
 }
 
 /// Whether the error says the marker's member is owned elsewhere (for now).
@@ -111,8 +121,12 @@ impl<V: Volume> Queued<V> {
             self.volume.remove_file(&refused).await.map_err(storage)?;
             return Err(CoreError::NotLeaderOrFollower);
         }
-        Ok(self.volume.read(&self.path).await.map_err(storage)?.is_none()
-            && self.volume.read(&applying).await.map_err(storage)?.is_none())
+        for path in [&self.path, &applying, &calling(&self.path)] {
+            if self.volume.read(path).await.map_err(storage)?.is_some() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -136,13 +150,33 @@ pub async fn wait_settled<E: Env, V: Volume>(env: &E, queued: &Queued<V>, live: 
     }
 }
 
-/// The marker watcher of one broker.
-struct Watcher<E: Env> {
+/// Applies taken entries by the rule above; the watcher's and the calls' side alike.
+struct Applier<E: Env> {
     env: E,
     broker_id: i32,
     topics: TopicsHandle,
     groups: GroupsHandle,
     claims: Claims<E::Volume>,
+}
+
+/// The marker watcher of one broker.
+struct Watcher<E: Env> {
+    applier: Applier<E>,
+}
+
+/// Hands what a previous run of this broker left taken by a call (`.calling`) to the watcher:
+/// no call of this run holds it. Runs before the broker serves anything.
+pub async fn recover<E: Env>(env: &E, broker_id: i32) -> CoreResult<()> {
+    let volume = env.volume();
+    let mine = dir(broker_id);
+    let storage = |e: io::Error| CoreError::Storage(format!("{mine}: {e}"));
+    for name in volume.list(&mine).await.map_err(storage)? {
+        if let Some(stem) = name.strip_suffix(".calling") {
+            let from = join(&mine, &name);
+            volume.rename(&from, &join(&mine, &format!("{stem}.applying"))).await.map_err(storage)?;
+        }
+    }
+    Ok(())
 }
 
 /// Starts the marker watcher: it applies what the queue holds for this broker on every
@@ -156,8 +190,7 @@ pub fn start<E: Env>(
     mut view: watch::Receiver<Arc<ClusterView>>,
 ) -> oneshot::Sender<()> {
     let (stop, mut stopped) = oneshot::channel::<()>();
-    let mut watcher =
-        Watcher { env: env.clone(), broker_id, topics, groups, claims: Claims::new(env.volume().clone()) };
+    let mut watcher = Watcher { applier: Applier::new(env, broker_id, topics, groups) };
     env.spawner().spawn("marker-watcher", async move {
         loop {
             tokio::select! {
@@ -175,10 +208,33 @@ pub fn start<E: Env>(
     stop
 }
 
+/// A peer coordinator's WriteTxnMarkers call, applied by the watcher's rule: its entry is taken
+/// (`.calling`), applied while its transaction is still prepared, and removed once every marker
+/// is durable, so the coordinator, waiting for the entry to go, cannot complete the transaction
+/// while this call may still write. A call that finds no entry writes nothing: the watcher holds
+/// it, or it is done and the call is late (under transactions v1 the next transaction has the
+/// same producer id and epoch, and a late COMMIT would end it). It answers success for members
+/// its entry does not name, which it owes nothing. Runs in a task of its own: a caller that goes
+/// away does not leave the entry taken.
+pub async fn apply_called<E: Env>(
+    env: &E,
+    broker_id: i32,
+    topics: TopicsHandle,
+    groups: GroupsHandle,
+    markers: Markers,
+) -> Vec<(TxnMember, CoreResult<()>)> {
+    let (reply, answer) = oneshot::channel();
+    let mut applier = Applier::new(env, broker_id, topics, groups);
+    env.spawner().spawn("marker-call", async move {
+        let _ = reply.send(applier.apply_call(&markers).await);
+    });
+    answer.await.unwrap_or_else(|_| Vec::new())
+}
+
 impl<E: Env> Watcher<E> {
     async fn apply_queued(&mut self) {
-        let volume = self.env.volume().clone();
-        let mine = dir(self.broker_id);
+        let volume = self.applier.env.volume().clone();
+        let mine = dir(self.applier.broker_id);
         let names = match volume.list(&mine).await {
             Ok(names) => names,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return,
@@ -191,7 +247,7 @@ impl<E: Env> Watcher<E> {
                 let taken = applying(&path);
                 match volume.rename(&path, &taken).await {
                     Ok(()) => taken,
-                    // Withdrawn by its coordinator meanwhile.
+                    // Withdrawn by its coordinator, or taken by its call, meanwhile.
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                     Err(e) => {
                         tracing::warn!(path, error = %e, "cannot take a queued marker");
@@ -199,28 +255,73 @@ impl<E: Env> Watcher<E> {
                     }
                 }
             } else if name.ends_with(".applying") {
-                // Taken before a crash, or not applicable yet: tried again.
+                // Taken before a crash, or not applicable yet: tried again. (A `.calling` entry
+                // is its call's until it ends; `recover` hands over those of a previous run.)
                 path
             } else {
                 continue;
             };
-            if let Err(e) = self.apply_one(&taken).await {
+            if let Err(e) = self.applier.apply_one(&taken).await {
                 tracing::debug!(path = taken, error = %e, "queued markers not applied yet");
             }
         }
     }
+}
 
-    /// Applies one taken entry, or removes it if it is stale; kept when any marker is not durable.
-    async fn apply_one(&mut self, path: &str) -> CoreResult<()> {
+impl<E: Env> Applier<E> {
+    fn new(env: &E, broker_id: i32, topics: TopicsHandle, groups: GroupsHandle) -> Self {
+        Applier { env: env.clone(), broker_id, topics, groups, claims: Claims::new(env.volume().clone()) }
+    }
+
+    /// `apply_called`'s body: the answers to the call, one per member it names.
+    async fn apply_call(&mut self, markers: &Markers) -> Vec<(TxnMember, CoreResult<()>)> {
+        let volume = self.env.volume().clone();
+        let queued = queued_path(self.broker_id, markers);
+        let taken = calling(&queued);
+        let owed = match volume.rename(&queued, &taken).await {
+            Ok(()) => match self.apply_one(&taken).await {
+                Ok(answers) => answers,
+                Err(e) => {
+                    // Kept: the watcher tries it again, and the coordinator waits for it.
+                    if let Err(e) = volume.rename(&taken, &applying(&queued)).await {
+                        tracing::warn!(path = taken, error = %e, "cannot hand a called entry to the watcher");
+                    }
+                    return markers.members.iter().map(|m| (m.clone(), Err(e.clone()))).collect();
+                }
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                tracing::debug!(path = queued, "a call finds no queued entry: the watcher has it, or the call is late");
+                Vec::new()
+            }
+            Err(e) => {
+                let e = CoreError::Storage(format!("{queued}: {e}"));
+                return markers.members.iter().map(|m| (m.clone(), Err(e.clone()))).collect();
+            }
+        };
+        markers
+            .members
+            .iter()
+            .map(|member| match owed.iter().find(|(m, _)| m == member) {
+                Some((_, result)) => (member.clone(), result.clone()),
+                None => (member.clone(), Ok(())),
+            })
+            .collect()
+    }
+
+    /// Applies one taken entry, or removes it if it is stale (no answers then); kept, and an
+    /// error, when any marker is not durable; turned into `.refused` when a member is owned
+    /// elsewhere, the answers saying which.
+    async fn apply_one(&mut self, path: &str) -> CoreResult<Vec<(TxnMember, CoreResult<()>)>> {
         let volume = self.env.volume().clone();
         let storage = |e: io::Error| CoreError::Storage(format!("{path}: {e}"));
-        let Some(raw) = volume.read(path).await.map_err(storage)? else { return Ok(()) };
+        let Some(raw) = volume.read(path).await.map_err(storage)? else { return Ok(Vec::new()) };
         let file = match serde_json::from_slice::<QueueFile>(&raw) {
             Ok(file) if file.format_version == FORMAT_VERSION => file,
             // Reported, and removed: the coordinator, finding no answer, routes the markers again.
             _ => {
                 tracing::error!(path, "damaged or unknown marker queue entry; removed");
-                return volume.remove_file(path).await.map_err(storage);
+                volume.remove_file(path).await.map_err(storage)?;
+                return Ok(Vec::new());
             }
         };
         if !self.still_prepared(&file).await? {
@@ -229,7 +330,8 @@ impl<E: Env> Watcher<E> {
                 transactional_id = file.transactional_id,
                 "a queued entry of a transaction no longer prepared; removed"
             );
-            return volume.remove_file(path).await.map_err(storage);
+            volume.remove_file(path).await.map_err(storage)?;
+            return Ok(Vec::new());
         }
         if crate::crash_point!("txn.queue_taken") {
             crate::park_for_crash().await;
@@ -242,10 +344,12 @@ impl<E: Env> Watcher<E> {
         if answers.iter().any(|(_, r)| r.is_err()) {
             tracing::debug!(path, "a queued marker's member is owned elsewhere now; refused");
             volume.rename(path, &refused(path)).await.map_err(storage)?;
-            return volume.sync_dir(&dir(self.broker_id)).await.map_err(storage);
+            volume.sync_dir(&dir(self.broker_id)).await.map_err(storage)?;
+            return Ok(answers);
         }
         tracing::debug!(path, "queued markers applied");
-        volume.remove_file(path).await.map_err(storage)
+        volume.remove_file(path).await.map_err(storage)?;
+        Ok(answers)
     }
 
     /// Whether the entry's transaction is still prepared, as its slot's newest file says.
@@ -272,7 +376,6 @@ mod tests {
     use crate::config::BrokerConfig;
     use crate::env::Rng;
     use crate::env::real::{RealEnv, RealRng};
-    use crate::txn::coordinator::TxnMember;
 
     #[tokio::test]
     async fn the_watcher_removes_an_entry_whose_transaction_is_not_prepared_and_a_refusal_is_an_error() {
@@ -312,5 +415,39 @@ mod tests {
         assert!(queued.settled().await.unwrap());
         broker.shutdown().await;
         let _ = std::fs::remove_dir_all(dir); // allow-nondeterminism: test clean-up
+    }
+
+    #[tokio::test]
+    async fn a_peer_call_writes_only_what_its_entry_owes_and_an_admin_call_writes_as_asked() {
+        let dir = std::env::temp_dir().join(format!("kaas-queue-{:x}", RealRng::default().next_u64()));
+        let env = RealEnv::new(&dir);
+        let broker = Broker::start(env.clone(), BrokerConfig::default()).await.unwrap();
+        broker.topics.ensure("t").await.unwrap();
+        let markers = Markers {
+            producer_id: 7,
+            producer_epoch: 3,
+            commit: true,
+            coordinator_epoch: 0,
+            members: vec![TxnMember::Partition(("t".into(), 0))],
+        };
+        let high_watermark =
+            || broker.topics.snapshot().partition("t", 0).expect("partition").watermarks().high_watermark;
+        // A late call: its entry was applied and removed long ago. It is answered, and writes
+        // nothing (a COMMIT would end whatever transaction the producer has open now).
+        let answers = broker.write_called_markers(markers.clone()).await;
+        assert!(answers.iter().all(|(_, r)| r.is_ok()), "{answers:?}");
+        assert_eq!(answers.len(), 1);
+        assert_eq!(high_watermark(), 0, "a call without an entry writes no marker");
+        assert!(env.volume().list(&dir_of(0)).await.unwrap().is_empty(), "nothing is left taken");
+        // An admin's WriteTxnMarkers (an abort of a hanging transaction) is written as asked.
+        let answers = broker.write_markers_here(&markers).await;
+        assert!(answers.iter().all(|(_, r)| r.is_ok()), "{answers:?}");
+        assert_eq!(high_watermark(), 1, "the marker is written");
+        broker.shutdown().await;
+        let _ = std::fs::remove_dir_all(dir); // allow-nondeterminism: test clean-up
+    }
+
+    fn dir_of(broker_id: i32) -> String {
+        super::dir(broker_id)
     }
 }

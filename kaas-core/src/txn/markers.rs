@@ -14,11 +14,19 @@ use crate::log::control::Marker;
 use crate::partition::AppendOutcome;
 use crate::topics::TopicsHandle;
 use crate::txn::coordinator::TxnMember;
+use crate::txn::marker_queue;
 
 impl<E: Env> Broker<E> {
     /// Writes `markers` into the partitions and groups this broker owns (`write_markers_here`).
     pub async fn write_markers_here(&self, markers: &Markers) -> Vec<(TxnMember, CoreResult<()>)> {
         write_markers_here(&self.topics, &self.groups, markers).await
+    }
+
+    /// Writes the markers a peer coordinator's call carries, by the marker queue's rule
+    /// (`marker_queue::apply_called`): only those its queued entry still owes.
+    pub async fn write_called_markers(&self, markers: Markers) -> Vec<(TxnMember, CoreResult<()>)> {
+        marker_queue::apply_called(&self.env, self.config.broker_id, self.topics.clone(), self.groups.clone(), markers)
+            .await
     }
 }
 

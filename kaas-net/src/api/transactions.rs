@@ -292,12 +292,14 @@ async fn stage<E: Env>(
 
 /// The receiver side of Apache's coordinator-to-leader API: writes each marker into each named
 /// partition, or ends the producer's staged offsets in a named group (a kaas coordinator on a
-/// peer names groups as `cluster::peers` says), and answers once each is durable.
+/// peer names groups as `cluster::peers` says), and answers once each is durable. A peer's
+/// markers are written only as its queued entry still owes them (`cluster::peers`).
 pub async fn write_txn_markers<E: Env>(
     ctx: &Context<E>,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     request: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {
+    let from_peer = kaas_core::cluster::peers::is_peer_client(header.client_id.as_deref());
     let mut markers = Vec::new();
     for m in request.markers {
         if m.topics.is_empty() {
@@ -315,7 +317,12 @@ pub async fn write_txn_markers<E: Env>(
             members: members.collect(),
         };
         let mut topics: Vec<WritableTxnMarkerTopicResult> = Vec::new();
-        for (member, result) in ctx.broker.write_markers_here(&asked).await {
+        let answers = if from_peer {
+            ctx.broker.write_called_markers(asked).await
+        } else {
+            ctx.broker.write_markers_here(&asked).await
+        };
+        for (member, result) in answers {
             let (name, p) = member_on_wire(&member);
             let answer = WritableTxnMarkerPartitionResult::default()
                 .with_partition_index(p)
