@@ -6,14 +6,14 @@
 # 2. hunt every mutant (a deliberate bug) until a world of its scenarios reports the violation
 #    it plants and passes without it;
 # 3. a fixed window of seeds of every scenario, the same for every run of a commit, its first
-#    third run twice to check determinism;
+#    quarter run twice to check determinism;
 # 4. a rotating window that moves on every day, so CI explores rather than repeats.
 # Seeds run in parallel on every core. Fails on any violation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 section() { echo "== $1 (at ${SECONDS} s)"; }
-FIXED=${KAAS_SIM_FIXED:-300}
-ROTATING=${KAAS_SIM_ROTATING:-300}
+FIXED=${KAAS_SIM_FIXED:-200}
+ROTATING=${KAAS_SIM_ROTATING:-200}
 MUTANT_SEEDS=${KAAS_SIM_MUTANT_SEEDS:-400}
 # cluster-flap's worlds live through several leases each (about 40 simulated seconds of
 # frequent heartbeats): a quarter of each window.
@@ -32,9 +32,9 @@ if [ ${#files[@]} -gt 0 ]; then
 fi
 section "kaas-sim mutants --seeds 0..$MUTANT_SEEDS"
 "$sim" mutants --seeds "0..$MUTANT_SEEDS" || status=1
-# The first third of the fixed window runs twice and must give the same trace hashes: a
+# The first quarter of the fixed window runs twice and must give the same trace hashes: a
 # nondeterminism shows within a few hundred worlds, and the rest of the window runs once.
-TWICE=$((FIXED / 3))
+TWICE=$((FIXED / 4))
 section "kaas-sim run --seeds 0..$FIXED (fixed window, 0..$TWICE twice; $SLOW 0..$((FIXED / SLOW_SHARE)))"
 "$sim" run --seeds "0..$TWICE" --skip "$SLOW" --check-determinism > target/sim-fixed.txt || status=1
 "$sim" run --seeds "$TWICE..$FIXED" --skip "$SLOW" >> target/sim-fixed.txt || status=1
