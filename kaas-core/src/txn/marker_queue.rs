@@ -387,13 +387,7 @@ mod tests {
             ..BrokerConfig::default()
         };
         let broker = Broker::start(env.clone(), config).await.unwrap();
-        let markers = Markers {
-            producer_id: 7,
-            producer_epoch: 3,
-            commit: true,
-            coordinator_epoch: 0,
-            members: vec![TxnMember::Partition(("t".into(), 0))],
-        };
+        let markers = commit_of_t0();
         // No slot file knows "tx": a late write of a coordinator long gone. Never applied.
         let queued = Queued::enqueue(env.volume().clone(), 0, "tx", &markers).await.unwrap();
         assert!(!queued.settled().await.unwrap());
@@ -423,13 +417,7 @@ mod tests {
         let env = RealEnv::new(&dir);
         let broker = Broker::start(env.clone(), BrokerConfig::default()).await.unwrap();
         broker.topics.ensure("t").await.unwrap();
-        let markers = Markers {
-            producer_id: 7,
-            producer_epoch: 3,
-            commit: true,
-            coordinator_epoch: 0,
-            members: vec![TxnMember::Partition(("t".into(), 0))],
-        };
+        let markers = commit_of_t0();
         let high_watermark =
             || broker.topics.snapshot().partition("t", 0).expect("partition").watermarks().high_watermark;
         // A late call: its entry was applied and removed long ago. It is answered, and writes
@@ -438,7 +426,7 @@ mod tests {
         assert!(answers.iter().all(|(_, r)| r.is_ok()), "{answers:?}");
         assert_eq!(answers.len(), 1);
         assert_eq!(high_watermark(), 0, "a call without an entry writes no marker");
-        assert!(env.volume().list(&dir_of(0)).await.unwrap().is_empty(), "nothing is left taken");
+        assert!(env.volume().list(&super::dir(0)).await.unwrap().is_empty(), "nothing is left taken");
         // An admin's WriteTxnMarkers (an abort of a hanging transaction) is written as asked.
         let answers = broker.write_markers_here(&markers).await;
         assert!(answers.iter().all(|(_, r)| r.is_ok()), "{answers:?}");
@@ -447,7 +435,14 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir); // allow-nondeterminism: test clean-up
     }
 
-    fn dir_of(broker_id: i32) -> String {
-        super::dir(broker_id)
+    /// A COMMIT marker of producer 7, epoch 3, for partition t-0.
+    fn commit_of_t0() -> Markers {
+        Markers {
+            producer_id: 7,
+            producer_epoch: 3,
+            commit: true,
+            coordinator_epoch: 0,
+            members: vec![TxnMember::Partition(("t".into(), 0))],
+        }
     }
 }
