@@ -6,6 +6,7 @@ pub mod settings;
 
 use std::collections::BTreeMap;
 
+use crate::group::migration::MigrationPolicy;
 use crate::log::LogConfig;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +43,9 @@ pub struct BrokerConfig {
     pub group_consumer_heartbeat_interval_ms: i32,
     /// The most members one consumer-protocol group holds (`group.consumer.max.size`).
     pub group_consumer_max_size: usize,
+    /// Whether a live group moves between the classic and the consumer protocol
+    /// (`group.consumer.migration.policy`).
+    pub group_consumer_migration_policy: MigrationPolicy,
     /// The most partitions one DescribeTopicPartitions answer holds
     /// (`max.request.partition.size.limit`).
     pub max_request_partition_size_limit: i32,
@@ -100,6 +104,7 @@ impl Default for BrokerConfig {
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5_000,
             group_consumer_max_size: i32::MAX as usize,
+            group_consumer_migration_policy: MigrationPolicy::Bidirectional,
             max_request_partition_size_limit: 2000,
             delete_topic_enable: true,
             producer_id_expiration_ms: 86_400_000,
@@ -316,6 +321,7 @@ mod tests {
         assert!(validate_topic_config("no.such", "1").is_err());
         assert!(c.set("transaction.abort.timed.out.transaction.cleanup.interval.ms", "0").is_err());
         assert!(c.set("transaction.version", "3").is_err(), "no such level of the feature");
+        assert!(c.set("group.consumer.migration.policy", "sideways").is_err());
         c.set("log.flush.interval.messages", "1").unwrap();
         assert_eq!(c.explicit["log.flush.interval.messages"], "1", "ignored settings are still reported");
     }
@@ -331,6 +337,8 @@ mod tests {
                 "false" => "true".to_string(),
                 // A feature level: 0 to 2.
                 _ if s.name == "transaction.version" => "1".to_string(),
+                // One of its names.
+                _ if s.name == "group.consumer.migration.policy" => "downgrade".to_string(),
                 v if v.parse::<i64>().is_ok() => "7".to_string(),
                 _ => "other".to_string(),
             };

@@ -227,6 +227,12 @@ pub const SETTINGS: &[Setting] = &[
         "The most members one consumer-protocol (KIP-848) group holds."
     ),
     field!(
+        "group.consumer.migration.policy",
+        group_consumer_migration_policy,
+        Static,
+        "Whether a live group moves between the classic and the consumer protocol: `bidirectional`, `upgrade` (a consumer-protocol member may join a classic group), `downgrade` (a group whose consumer-protocol members all left goes back to classic), or `disabled`."
+    ),
+    field!(
         "producer.id.expiration.ms",
         producer_id_expiration_ms,
         Static,

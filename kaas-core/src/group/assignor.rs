@@ -84,20 +84,30 @@ fn uniform(
         topics.values().flat_map(|t| (0..t.partitions).map(move |p| (t, p))).collect();
     let subscribers = |t: &TopicMetadata| members.iter().filter(|m| m.topics.contains(&t.name)).count();
     let eligible_total = all.iter().filter(|(t, _)| subscribers(t) > 0).count();
-    let share = eligible_total.div_ceil(members.len().max(1));
+    // Each member's share is the floor of an even split; `extra` of them may hold one more.
+    let floor = eligible_total / members.len().max(1);
+    let mut extra = eligible_total % members.len().max(1);
     let mut counts: BTreeMap<&str, usize> = members.iter().map(|m| (m.member_id, 0)).collect();
     let mut placed: BTreeSet<(TopicId, i32)> = BTreeSet::new();
-    // Sticky: a member keeps what it has, while within its share.
-    for m in members {
-        let Some(current) = m.current else { continue };
-        for (topic_id, partitions) in current {
-            let Some(topic) = topics.values().find(|t| t.topic_id == *topic_id && m.topics.contains(&t.name)) else {
-                continue;
-            };
-            for &p in partitions.iter().filter(|&&p| p < topic.partitions) {
-                if counts[m.member_id] < share && placed.insert((*topic_id, p)) {
-                    *counts.get_mut(m.member_id).expect("counted") += 1;
-                    target.get_mut(m.member_id).expect("a target").entry(*topic_id).or_default().insert(p);
+    // Sticky: a member keeps what it has, up to its share, then one more while extras last.
+    for keep_extra in [false, true] {
+        for m in members {
+            let Some(current) = m.current else { continue };
+            for (topic_id, partitions) in current {
+                let Some(topic) = topics.values().find(|t| t.topic_id == *topic_id && m.topics.contains(&t.name))
+                else {
+                    continue;
+                };
+                for &p in partitions.iter().filter(|&&p| p < topic.partitions) {
+                    let count = counts[m.member_id];
+                    let room = count < floor || (keep_extra && count == floor && extra > 0);
+                    if room && placed.insert((*topic_id, p)) {
+                        if count == floor {
+                            extra -= 1;
+                        }
+                        *counts.get_mut(m.member_id).expect("counted") += 1;
+                        target.get_mut(m.member_id).expect("a target").entry(*topic_id).or_default().insert(p);
+                    }
                 }
             }
         }
@@ -152,6 +162,25 @@ mod tests {
             all.get_mut(t).unwrap().extend(ps);
         }
         assert_eq!(count(&all), 6, "every partition once");
+    }
+
+    #[test]
+    fn uniform_takes_from_sticky_members_for_a_newcomer() {
+        // Two members hold two partitions each: a third gets one, not nothing.
+        let topics: BTreeMap<_, _> = [topic(1, "a", 4)].into_iter().collect();
+        let a: BTreeSet<String> = ["a".into()].into_iter().collect();
+        let half = |ps: [i32; 2]| Assignment::from([([1u8; 16], BTreeSet::from(ps))]);
+        let (m1, m2) = (half([0, 1]), half([2, 3]));
+        let three = [
+            Subscriber { member_id: "m1", topics: &a, current: Some(&m1) },
+            Subscriber { member_id: "m2", topics: &a, current: Some(&m2) },
+            Subscriber { member_id: "m3", topics: &a, current: None },
+        ];
+        let next = assign("uniform", &three, &topics);
+        let mut counts: Vec<usize> = next.values().map(count).collect();
+        counts.sort();
+        assert_eq!(counts, vec![1, 1, 2]);
+        assert!(next["m1"][&[1u8; 16]].is_subset(&m1[&[1u8; 16]]), "m1 keeps part of what it had");
     }
 
     #[test]

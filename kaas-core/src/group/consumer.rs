@@ -19,9 +19,16 @@
 //! partition is owned by one member at a time. Members live in memory: a coordinator that
 //! restarts or moves answers UNKNOWN_MEMBER_ID, and the members join again (as the Java
 //! consumer does after a fence), keeping their committed offsets.
+//!
+//! During an online migration (`migration`) members that speak the classic protocol live in
+//! the same group. They converge by the same rules; what differs is how they hear of it: a
+//! JoinGroup is their heartbeat with what they own, its generation is their member epoch, and
+//! SyncGroup hands them what they own at that epoch. A Heartbeat answers REBALANCE_IN_PROGRESS
+//! when they should join again to move on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bytes::Bytes;
 use tokio::time::{Duration, Instant};
 
 use super::assignor::{self, Assignment, Subscriber, TopicId, TopicMetadata};
@@ -60,6 +67,42 @@ pub struct ConsumerMember {
     revocation_deadline: Option<Instant>,
     /// The assignment changed since the member was last told it.
     assignment_unsent: bool,
+    /// Set for a member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat).
+    pub classic: Option<ClassicMember>,
+}
+
+/// What a member that speaks the classic protocol keeps (Apache's ClassicMemberMetadata): its
+/// own session timeout, and its protocols for a downgrade back to a classic group.
+#[derive(Debug, Clone)]
+pub struct ClassicMember {
+    pub session_timeout_ms: i32,
+    /// (protocol name, subscription), in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    /// It was told to join again: it is removed if it has not by then (its rebalance timeout).
+    rejoin_deadline: Option<Instant>,
+}
+
+impl ClassicMember {
+    pub fn new(session_timeout_ms: i32, protocols: Vec<(String, Bytes)>) -> ClassicMember {
+        ClassicMember { session_timeout_ms, protocols, rejoin_deadline: None }
+    }
+}
+
+/// A JoinGroup to a consumer group, decoded: the member's subscription and what it owns.
+#[derive(Debug, Clone)]
+pub struct ClassicJoin {
+    /// Named by the coordinator if the member came without one (`new_member`).
+    pub member_id: String,
+    pub new_member: bool,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocols: Vec<(String, Bytes)>,
+    pub subscribed_topic_names: BTreeSet<String>,
+    pub owned: Assignment,
 }
 
 /// A heartbeat as the coordinator takes it (the wire's nulls as None: "unchanged").
@@ -106,6 +149,35 @@ pub struct ConsumerGroup {
     pub subscribed_topics: BTreeMap<String, TopicMetadata>,
 }
 
+impl ConsumerMember {
+    /// A member that has just joined: epoch 0, nothing owned.
+    fn fresh(member_id: String, rebalance_timeout_ms: i32, now: Instant) -> ConsumerMember {
+        ConsumerMember {
+            member_id,
+            instance_id: None,
+            rack_id: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            subscribed_topic_names: BTreeSet::new(),
+            server_assignor: None,
+            rebalance_timeout_ms: rebalance_timeout_ms.max(1),
+            member_epoch: 0,
+            previous_member_epoch: 0,
+            state: MemberState::Stable,
+            assigned: Assignment::new(),
+            pending_revocation: Assignment::new(),
+            session_deadline: now,
+            revocation_deadline: None,
+            assignment_unsent: true,
+            classic: None,
+        }
+    }
+
+    fn rejoin_deadline(&self) -> Option<Instant> {
+        self.classic.as_ref().and_then(|c| c.rejoin_deadline)
+    }
+}
+
 fn partitions_of(a: &Assignment) -> BTreeSet<(TopicId, i32)> {
     a.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p))).collect()
 }
@@ -128,6 +200,45 @@ impl ConsumerGroup {
             target: BTreeMap::new(),
             subscribed_topics: BTreeMap::new(),
         }
+    }
+
+    /// A classic group's members, as a consumer group (the online upgrade): each keeps its id
+    /// and what it owns, at the classic generation as its member epoch, and that is the target
+    /// until the next epoch. `members` pairs each member as it last joined with what it owns.
+    /// Refused if two members own one partition.
+    pub fn adopt(
+        group_id: String,
+        generation_id: i32,
+        members: Vec<(ClassicJoin, Assignment)>,
+        topic: &dyn Fn(&str) -> Option<TopicMetadata>,
+        now: Instant,
+    ) -> Result<ConsumerGroup, String> {
+        let mut group = ConsumerGroup::new(group_id);
+        group.group_epoch = generation_id;
+        group.assignment_epoch = generation_id;
+        let mut owned = BTreeSet::new();
+        for (join, assigned) in members {
+            if let Some(p) = partitions_of(&assigned).into_iter().find(|p| !owned.insert(*p)) {
+                return Err(format!("partition {} of topic {:?} is assigned to two members", p.1, p.0));
+            }
+            let mut member = ConsumerMember::fresh(join.member_id.clone(), join.rebalance_timeout_ms, now);
+            member.instance_id = join.instance_id;
+            member.rack_id = join.rack_id;
+            member.client_id = join.client_id;
+            member.client_host = join.client_host;
+            member.subscribed_topic_names = join.subscribed_topic_names;
+            member.member_epoch = generation_id;
+            member.previous_member_epoch = generation_id;
+            member.session_deadline = now + Duration::from_millis(join.session_timeout_ms.max(1) as u64);
+            member.assignment_unsent = false;
+            member.classic = Some(ClassicMember::new(join.session_timeout_ms, join.protocols));
+            group.target.insert(join.member_id.clone(), assigned.clone());
+            member.assigned = assigned;
+            group.members.insert(join.member_id, member);
+        }
+        group.refresh_topics(topic);
+        group.check_invariants();
+        Ok(group)
     }
 
     /// Apache's names: Empty, Assigning, Reconciling, Stable.
@@ -163,7 +274,11 @@ impl ConsumerGroup {
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.members.values().flat_map(|m| [Some(m.session_deadline), m.revocation_deadline]).flatten().min()
+        self.members
+            .values()
+            .flat_map(|m| [Some(m.session_deadline), m.revocation_deadline, m.rejoin_deadline()])
+            .flatten()
+            .min()
     }
 
     /// A heartbeat: joins, leaves, or moves the member on towards its target. `topic` looks a
@@ -201,7 +316,9 @@ impl ConsumerGroup {
         let member_id = if joining {
             self.join(&hb, settings, now, new_member_id)?
         } else {
-            let Some(member) = self.members.get(&hb.member_id) else { return Err(CoreError::UnknownMemberId) };
+            let Some(member) = self.members.get(&hb.member_id).filter(|m| m.classic.is_none()) else {
+                return Err(CoreError::UnknownMemberId);
+            };
             // The answer to its last heartbeat may have been lost: the epoch before is taken
             // if what it owns is still within what it has.
             let owned_within =
@@ -262,52 +379,234 @@ impl ConsumerGroup {
             return Err(CoreError::UnsupportedAssignor(name.to_string()));
         }
         let member_id = if hb.member_id.is_empty() { new_member_id() } else { hb.member_id.clone() };
-        let mut carried = None;
-        if let Some(instance) = &hb.instance_id
-            && let Some(old) =
-                self.members.values().find(|m| m.instance_id.as_ref() == Some(instance) && m.member_id != member_id)
-        {
-            // A static member back under a new id takes the old one's place and partitions.
-            carried = Some(old.clone());
-        }
-        if let Some(old) = &carried {
-            self.members.remove(&old.member_id);
-            self.target.remove(&old.member_id);
-        }
+        let carried = self.take_static_place(hb.instance_id.as_deref(), &member_id);
         let rejoining = self.members.remove(&member_id).is_some();
         if carried.is_none() && !rejoining && self.members.len() >= settings.max_size {
             return Err(CoreError::GroupMaxSizeReached);
         }
-        let mut member = ConsumerMember {
-            member_id: member_id.clone(),
-            instance_id: hb.instance_id.clone(),
-            rack_id: hb.rack_id.clone(),
-            client_id: hb.client_id.clone(),
-            client_host: hb.client_host.clone(),
-            subscribed_topic_names: BTreeSet::new(),
-            server_assignor: hb.server_assignor.clone(),
-            rebalance_timeout_ms: hb.rebalance_timeout_ms.max(1),
-            member_epoch: 0,
-            previous_member_epoch: 0,
-            state: MemberState::Stable,
-            assigned: Assignment::new(),
-            pending_revocation: Assignment::new(),
-            session_deadline: now,
-            revocation_deadline: None,
-            assignment_unsent: true,
-        };
+        let mut member = ConsumerMember::fresh(member_id.clone(), hb.rebalance_timeout_ms, now);
+        member.instance_id = hb.instance_id.clone();
+        member.rack_id = hb.rack_id.clone();
+        member.client_id = hb.client_id.clone();
+        member.client_host = hb.client_host.clone();
+        member.server_assignor = hb.server_assignor.clone();
         if let Some(old) = carried {
-            member.member_epoch = old.member_epoch;
-            member.previous_member_epoch = old.previous_member_epoch;
-            member.assigned = old.assigned;
-            member.state = old.state;
-            member.pending_revocation = old.pending_revocation;
-            if let Some(target) = self.target.get(&old.member_id).cloned() {
-                self.target.insert(member_id.clone(), target);
-            }
+            self.carry_on(old, &mut member);
         }
         self.members.insert(member_id.clone(), member);
         Ok(member_id)
+    }
+
+    /// A static member back under a new id takes the old one's place: the old member leaves
+    /// the group without a new epoch, and is handed back to be carried on (`carry_on`).
+    fn take_static_place(&mut self, instance_id: Option<&str>, member_id: &str) -> Option<ConsumerMember> {
+        let instance = instance_id?;
+        let old = self
+            .members
+            .values()
+            .find(|m| m.instance_id.as_deref() == Some(instance) && m.member_id != member_id)?
+            .member_id
+            .clone();
+        self.members.remove(&old)
+    }
+
+    /// The new member takes the old one's epoch, partitions and target.
+    fn carry_on(&mut self, old: ConsumerMember, member: &mut ConsumerMember) {
+        member.member_epoch = old.member_epoch;
+        member.previous_member_epoch = old.previous_member_epoch;
+        member.assigned = old.assigned;
+        member.state = old.state;
+        member.pending_revocation = old.pending_revocation;
+        member.revocation_deadline = old.revocation_deadline;
+        if let Some(target) = self.target.remove(&old.member_id) {
+            self.target.insert(member.member_id.clone(), target);
+        }
+        if member.subscribed_topic_names.is_empty() {
+            member.subscribed_topic_names = old.subscribed_topic_names;
+        }
+    }
+
+    /// A JoinGroup from a member that speaks the classic protocol: it joins, or it rejoins
+    /// with what it owns now (its revocations confirmed by their absence). Answers the member
+    /// epoch, which is the member's generation.
+    pub fn classic_join(
+        &mut self,
+        join: ClassicJoin,
+        topic: &dyn Fn(&str) -> Option<TopicMetadata>,
+        settings: Settings,
+        now: Instant,
+    ) -> CoreResult<i32> {
+        let answer = self.classic_join_unchecked(join, topic, settings, now);
+        self.check_invariants();
+        answer
+    }
+
+    fn classic_join_unchecked(
+        &mut self,
+        join: ClassicJoin,
+        topic: &dyn Fn(&str) -> Option<TopicMetadata>,
+        settings: Settings,
+        now: Instant,
+    ) -> CoreResult<i32> {
+        let member_id = join.member_id.clone();
+        if self.members.get(&member_id).is_some_and(|m| m.classic.is_none()) {
+            // The id of a member that speaks the consumer protocol.
+            return Err(CoreError::UnknownMemberId);
+        }
+        let other_holder = |g: &Self| {
+            join.instance_id.as_ref().is_some_and(|i| {
+                g.members.values().any(|m| m.instance_id.as_ref() == Some(i) && m.member_id != member_id)
+            })
+        };
+        if !join.new_member && other_holder(self) {
+            return Err(CoreError::FencedInstanceId);
+        }
+        let carried = self.take_static_place(join.instance_id.as_deref(), &member_id);
+        let known = self.members.contains_key(&member_id);
+        if carried.is_none() && !known && self.members.len() >= settings.max_size {
+            return Err(CoreError::GroupMaxSizeReached);
+        }
+        let mut member = match self.members.remove(&member_id) {
+            Some(member) => member,
+            None => ConsumerMember::fresh(member_id.clone(), join.rebalance_timeout_ms, now),
+        };
+        let before = match &carried {
+            Some(old) => Some(old.subscribed_topic_names.clone()),
+            None => known.then(|| member.subscribed_topic_names.clone()),
+        };
+        if let Some(old) = carried {
+            self.carry_on(old, &mut member);
+        }
+        let mut changed = before.as_ref() != Some(&join.subscribed_topic_names);
+        member.subscribed_topic_names = join.subscribed_topic_names;
+        member.instance_id = join.instance_id;
+        if join.rack_id.is_some() {
+            member.rack_id = join.rack_id;
+        }
+        member.client_id = join.client_id;
+        member.client_host = join.client_host;
+        member.server_assignor = None;
+        member.rebalance_timeout_ms = join.rebalance_timeout_ms.max(1);
+        member.session_deadline = now + Duration::from_millis(join.session_timeout_ms.max(1) as u64);
+        member.classic = Some(ClassicMember::new(join.session_timeout_ms, join.protocols));
+        self.members.insert(member_id.clone(), member);
+        changed |= self.refresh_topics(topic);
+        if changed {
+            self.group_epoch += 1;
+        }
+        if self.assignment_epoch < self.group_epoch {
+            self.compute_target();
+        }
+        self.reconcile(&member_id, Some(&join.owned), now);
+        let member = self.members.get_mut(&member_id).expect("joined");
+        // SyncGroup tells it; nothing else does.
+        member.assignment_unsent = false;
+        Ok(member.member_epoch)
+    }
+
+    /// The classic member a SyncGroup, Heartbeat or LeaveGroup names: by its instance id if it
+    /// has one (another id holding it is fenced), or by its member id.
+    fn classic_member(&self, member_id: &str, instance_id: Option<&str>) -> CoreResult<&ConsumerMember> {
+        let member = match instance_id {
+            Some(instance) => {
+                let m = self
+                    .members
+                    .values()
+                    .find(|m| m.instance_id.as_deref() == Some(instance))
+                    .ok_or(CoreError::UnknownMemberId)?;
+                if !member_id.is_empty() && m.member_id != member_id {
+                    return Err(CoreError::FencedInstanceId);
+                }
+                m
+            }
+            None => self.members.get(member_id).ok_or(CoreError::UnknownMemberId)?,
+        };
+        if member.classic.is_none() {
+            return Err(CoreError::UnknownMemberId);
+        }
+        Ok(member)
+    }
+
+    /// SyncGroup from a classic member: what it owns at its epoch, unless a new epoch waits for
+    /// it to join again (REBALANCE_IN_PROGRESS).
+    pub fn classic_sync(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        now: Instant,
+    ) -> CoreResult<Assignment> {
+        let member = self.classic_member(member_id, instance_id)?;
+        if generation_id != member.member_epoch {
+            return Err(CoreError::IllegalGeneration);
+        }
+        if self.group_epoch > member.member_epoch && member.state != MemberState::UnrevokedPartitions {
+            // The revoking member joins again once it has revoked; anyone else now.
+            let id = member.member_id.clone();
+            self.ask_to_rejoin(&id, now);
+            return Err(CoreError::RebalanceInProgress);
+        }
+        let id = member.member_id.clone();
+        self.touch_classic(&id, now);
+        Ok(self.members[&id].assigned.clone())
+    }
+
+    /// Heartbeat from a classic member: REBALANCE_IN_PROGRESS when it should join again to
+    /// move on (a new group epoch, partitions to revoke, or partitions it waits for now free).
+    pub fn classic_heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        now: Instant,
+    ) -> CoreResult<()> {
+        let member = self.classic_member(member_id, instance_id)?;
+        if generation_id != member.member_epoch {
+            return Err(CoreError::IllegalGeneration);
+        }
+        let id = member.member_id.clone();
+        let waiting_on_free = member.state == MemberState::UnreleasedPartitions && {
+            let target = partitions_of(self.target.get(&id).unwrap_or(&Assignment::new()));
+            let others = self.owned_by_others(&id);
+            target.difference(&partitions_of(&member.assigned)).any(|p| !others.contains(p))
+        };
+        let rejoin = member.member_epoch < self.group_epoch
+            || member.state == MemberState::UnrevokedPartitions
+            || waiting_on_free;
+        self.touch_classic(&id, now);
+        if rejoin {
+            self.ask_to_rejoin(&id, now);
+            return Err(CoreError::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
+    /// LeaveGroup from a classic member.
+    pub fn classic_leave(&mut self, member_id: &str, instance_id: Option<&str>) -> CoreResult<()> {
+        let id = self.classic_member(member_id, instance_id)?.member_id.clone();
+        self.remove_member(&id);
+        self.check_invariants();
+        Ok(())
+    }
+
+    fn touch_classic(&mut self, member_id: &str, now: Instant) {
+        let member = self.members.get_mut(member_id).expect("a member");
+        let session = member.classic.as_ref().map_or(1, |c| c.session_timeout_ms.max(1));
+        member.session_deadline = now + Duration::from_millis(session as u64);
+    }
+
+    fn ask_to_rejoin(&mut self, member_id: &str, now: Instant) {
+        let member = self.members.get_mut(member_id).expect("a member");
+        let timeout = Duration::from_millis(member.rebalance_timeout_ms.max(1) as u64);
+        if let Some(classic) = member.classic.as_mut() {
+            classic.rejoin_deadline.get_or_insert(now + timeout);
+        }
+    }
+
+    /// Whether every member speaks the classic protocol (and there is one): the group can go
+    /// back to being a classic group.
+    pub fn all_classic(&self) -> bool {
+        !self.members.is_empty() && self.members.values().all(|m| m.classic.is_some())
     }
 
     fn remove_member(&mut self, member_id: &str) {
@@ -402,7 +701,12 @@ impl ConsumerGroup {
         let expired: Vec<String> = self
             .members
             .values()
-            .filter(|m| m.session_deadline <= now || m.revocation_deadline.is_some_and(|d| d <= now))
+            .filter(|m| {
+                [Some(m.session_deadline), m.revocation_deadline, m.rejoin_deadline()]
+                    .iter()
+                    .flatten()
+                    .any(|d| *d <= now)
+            })
             .map(|m| m.member_id.clone())
             .collect();
         for member_id in expired {
@@ -419,6 +723,10 @@ impl ConsumerGroup {
             return if self.members.is_empty() { Ok(()) } else { Err(CoreError::UnknownMemberId) };
         }
         let member = self.members.get(member_id).ok_or(CoreError::UnknownMemberId)?;
+        if member.classic.is_some() && member_epoch != member.member_epoch {
+            // A classic member's generation is its member epoch.
+            return Err(CoreError::IllegalGeneration);
+        }
         match member_epoch.cmp(&member.member_epoch) {
             std::cmp::Ordering::Equal => Ok(()),
             std::cmp::Ordering::Greater => Err(CoreError::FencedMemberEpoch),

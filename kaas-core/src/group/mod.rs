@@ -16,6 +16,8 @@
 
 pub mod assignor;
 pub mod consumer;
+pub mod embedded;
+pub mod migration;
 pub mod offsets;
 pub mod state;
 
@@ -32,7 +34,7 @@ use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::topics::MetadataSnapshot;
 use assignor::TopicMetadata;
-use consumer::{ConsumerGroup, Heartbeat, HeartbeatAnswer};
+use consumer::{ClassicJoin, ConsumerGroup, Heartbeat, HeartbeatAnswer};
 pub use offsets::CommittedOffset;
 use offsets::OffsetStore;
 use state::{Group, JoinAction, Reply};
@@ -87,7 +89,8 @@ pub struct CommitRequest {
 pub type FetchedOffset = (TopicPartition, CoreResult<Option<CommittedOffset>>);
 
 enum Command {
-    Join(String, JoinRequest, oneshot::Sender<CoreResult<JoinOutcome>>),
+    /// JoinGroup; the topics name what a member of a consumer group owns.
+    Join(String, JoinRequest, Arc<MetadataSnapshot>, oneshot::Sender<CoreResult<JoinOutcome>>),
     Sync {
         group_id: String,
         member_id: String,
@@ -169,7 +172,7 @@ impl Command {
     /// Answers the command with `error`, without handling it.
     fn refuse(self, error: CoreError) {
         match self {
-            Command::Join(_, _, reply) => drop(reply.send(Err(error))),
+            Command::Join(_, _, _, reply) => drop(reply.send(Err(error))),
             Command::Sync { reply, .. } => drop(reply.send(Err(error))),
             Command::Heartbeat { reply, .. } => drop(reply.send(Err(error))),
             Command::Leave { reply, .. } => drop(reply.send(Err(error))),
@@ -203,8 +206,13 @@ impl GroupsHandle {
         rx.await.ok()
     }
 
-    pub async fn join(&self, group_id: String, request: JoinRequest) -> CoreResult<JoinOutcome> {
-        self.ask(|r| Command::Join(group_id, request, r)).await.unwrap_or_else(gone)
+    pub async fn join(
+        &self,
+        group_id: String,
+        request: JoinRequest,
+        topics: Arc<MetadataSnapshot>,
+    ) -> CoreResult<JoinOutcome> {
+        self.ask(|r| Command::Join(group_id, request, topics, r)).await.unwrap_or_else(gone)
     }
 
     pub async fn sync(
@@ -354,6 +362,34 @@ pub async fn start<E: Env>(
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     env.spawner().spawn("groups", coordinator.run(rx));
     Ok(GroupsHandle { tx })
+}
+
+/// A subscribed topic as the assignor sees it (only the topics members subscribe to are
+/// looked up, not every topic there is).
+fn topic_metadata(topics: &MetadataSnapshot, name: &str) -> Option<TopicMetadata> {
+    let t = topics.topics.get(name)?;
+    Some(TopicMetadata { topic_id: t.meta.topic_id, name: name.to_string(), partitions: t.partitions.len() as i32 })
+}
+
+/// SyncGroup from a classic member of a consumer group: what it owns at its member epoch, in
+/// the consumer protocol at its subscription's version.
+fn classic_sync_to_consumer_group(
+    group: &mut ConsumerGroup,
+    member_id: &str,
+    instance: Option<String>,
+    generation_id: i32,
+    now: Instant,
+) -> CoreResult<SyncOutcome> {
+    let assigned = group.classic_sync(member_id, instance.as_deref(), generation_id, now)?;
+    let member =
+        group.members.values().find(|m| m.member_id == member_id || (instance.is_some() && m.instance_id == instance));
+    let protocols = member.and_then(|m| m.classic.as_ref()).map(|c| c.protocols.clone()).unwrap_or_default();
+    let version = migration::assignment_version(&protocols);
+    Ok(SyncOutcome {
+        protocol_type: "consumer".into(),
+        protocol_name: protocols.first().map(|(n, _)| n.clone()).unwrap_or_default(),
+        assignment: embedded::encode_assignment(&migration::by_name(&assigned, group), version),
+    })
 }
 
 impl<E: Env> GroupCoordinator<E> {
@@ -546,6 +582,10 @@ impl<E: Env> GroupCoordinator<E> {
             group.tick(now);
         }
         self.deliver(replies);
+        let ids: Vec<String> = self.consumer_groups.keys().cloned().collect();
+        for group_id in ids {
+            self.maybe_downgrade(&group_id, now);
+        }
     }
 
     fn deliver(&mut self, replies: Vec<(String, Reply)>) {
@@ -579,12 +619,9 @@ impl<E: Env> GroupCoordinator<E> {
         if let Some(g) = self.groups.get(group_id)
             && req.member_id.is_empty()
             && g.members.len() >= c.group_max_size
+            && self.consumer_group(group_id).is_none()
         {
             return Err(CoreError::GroupMaxSizeReached);
-        }
-        if self.consumer_group(group_id).is_some() {
-            // Its members speak the consumer protocol (no migration of a live group here).
-            return Err(CoreError::InconsistentGroupProtocol);
         }
         Ok(())
     }
@@ -592,12 +629,19 @@ impl<E: Env> GroupCoordinator<E> {
     async fn handle(&mut self, command: Command) {
         let now = self.env.clock().monotonic();
         match command {
-            Command::Join(group_id, request, reply) => {
+            Command::Join(group_id, request, topics, reply) => {
                 tracing::debug!(group = %group_id, member = %request.member_id, "join");
                 if let Err(e) = self.validate_join(&group_id, &request) {
                     let _ = reply.send(Err(e));
                     return;
                 }
+                if self.consumer_group(&group_id).is_some() {
+                    let _ = reply.send(self.classic_join_to_consumer_group(&group_id, request, &topics, now));
+                    self.maybe_downgrade(&group_id, now);
+                    return;
+                }
+                // An empty consumer group gives way to the classic group.
+                self.consumer_groups.remove(&group_id);
                 if !request.member_id.is_empty() && !self.groups.contains_key(&group_id) {
                     let _ = reply.send(Err(CoreError::UnknownMemberId));
                     return;
@@ -619,6 +663,10 @@ impl<E: Env> GroupCoordinator<E> {
                 self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
             }
             Command::Sync { group_id, member_id, instance, generation_id, assignments, reply } => {
+                if let Some(group) = self.consumer_groups.get_mut(&group_id).filter(|c| !c.is_empty()) {
+                    let _ = reply.send(classic_sync_to_consumer_group(group, &member_id, instance, generation_id, now));
+                    return;
+                }
                 let Some(group) = self.groups.get_mut(&group_id) else {
                     let _ = reply.send(Err(CoreError::UnknownMemberId));
                     return;
@@ -637,6 +685,10 @@ impl<E: Env> GroupCoordinator<E> {
                 self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
             }
             Command::Heartbeat { group_id, member_id, instance, generation_id, reply } => {
+                if let Some(group) = self.consumer_groups.get_mut(&group_id).filter(|c| !c.is_empty()) {
+                    let _ = reply.send(group.classic_heartbeat(&member_id, instance.as_deref(), generation_id, now));
+                    return;
+                }
                 let result = match self.groups.get_mut(&group_id) {
                     Some(group) => group.heartbeat(&member_id, instance.as_deref(), generation_id, now),
                     None => Err(CoreError::UnknownMemberId),
@@ -644,6 +696,13 @@ impl<E: Env> GroupCoordinator<E> {
                 let _ = reply.send(result);
             }
             Command::Leave { group_id, members, reply } => {
+                if let Some(group) = self.consumer_groups.get_mut(&group_id).filter(|c| !c.is_empty()) {
+                    let results =
+                        members.iter().map(|(id, instance)| group.classic_leave(id, instance.as_deref())).collect();
+                    let _ = reply.send(Ok(results));
+                    self.maybe_downgrade(&group_id, now);
+                    return;
+                }
                 let Some(group) = self.groups.get_mut(&group_id) else {
                     let _ = reply.send(Err(CoreError::UnknownMemberId));
                     return;
@@ -724,7 +783,8 @@ impl<E: Env> GroupCoordinator<E> {
                 let _ = reply.send(listing);
             }
             Command::ConsumerHeartbeat { group_id, heartbeat, topics, reply } => {
-                let _ = reply.send(self.consumer_heartbeat(&group_id, heartbeat, &topics, now));
+                let _ = reply.send(self.consumer_heartbeat(&group_id, heartbeat, &topics, now).await);
+                self.maybe_downgrade(&group_id, now);
             }
             Command::ConsumerDescribe(group_id, reply) => {
                 let _ = reply.send(Ok(self.consumer_groups.get(&group_id).cloned()));
@@ -746,9 +806,9 @@ impl<E: Env> GroupCoordinator<E> {
         }
     }
 
-    /// A ConsumerGroupHeartbeat: the group is made if it is new; a classic group with members
-    /// keeps its id (Apache's answer without a migration).
-    fn consumer_heartbeat(
+    /// A ConsumerGroupHeartbeat: the group is made if it is new, and a live classic group is
+    /// upgraded by a member joining it if the migration policy allows (`migration`).
+    async fn consumer_heartbeat(
         &mut self,
         group_id: &str,
         heartbeat: Heartbeat,
@@ -758,38 +818,156 @@ impl<E: Env> GroupCoordinator<E> {
         if group_id.is_empty() {
             return Err(CoreError::InvalidGroupId);
         }
-        if self.groups.get(group_id).is_some_and(|g| !g.is_empty()) {
-            return Err(CoreError::GroupIdNotFound);
-        }
-        let settings = consumer::Settings {
-            session_timeout_ms: self.config.group_consumer_session_timeout_ms,
-            max_size: self.config.group_consumer_max_size,
+        let topic = |name: &str| topic_metadata(topics, name);
+        let mut upgraded = false;
+        let group = match self.groups.get(group_id).filter(|g| !g.is_empty()) {
+            Some(classic) => {
+                if heartbeat.member_epoch != 0 || !self.config.group_consumer_migration_policy.upgrades() {
+                    return Err(CoreError::GroupIdNotFound);
+                }
+                if classic.members.len() > self.config.group_consumer_max_size {
+                    return Err(CoreError::GroupIdNotFound);
+                }
+                upgraded = true;
+                migration::upgrade(classic, &topic, now).map_err(|why| {
+                    tracing::info!(group = group_id, why, "cannot upgrade the classic group");
+                    CoreError::GroupIdNotFound
+                })?
+            }
+            None if heartbeat.member_epoch != 0 && !self.consumer_groups.contains_key(group_id) => {
+                // Only a join makes a group. Apache answers GROUP_ID_NOT_FOUND here; kaas keeps
+                // consumer-protocol members in memory, so a member of a group this coordinator
+                // no longer knows (it restarted, or took the group over) is told to join again.
+                return Err(CoreError::UnknownMemberId);
+            }
+            // A join refused leaves no group behind.
+            None => self.consumer_groups.remove(group_id).unwrap_or_else(|| ConsumerGroup::new(group_id.to_string())),
         };
-        if heartbeat.member_epoch != 0 && !self.consumer_groups.contains_key(group_id) {
-            // Only a join makes a group. Apache answers GROUP_ID_NOT_FOUND here; kaas keeps
-            // consumer-protocol members in memory, so a member of a group this coordinator no
-            // longer knows (it restarted, or took the group over) is told to join again.
-            return Err(CoreError::UnknownMemberId);
-        }
+        let mut group = group;
         let unique = [self.env.rng().next_u64(), self.env.rng().next_u64()];
         let member_id = || crate::hex::encode(&[unique[0].to_be_bytes(), unique[1].to_be_bytes()].concat());
-        // A join refused leaves no group behind.
-        let mut group =
-            self.consumer_groups.remove(group_id).unwrap_or_else(|| ConsumerGroup::new(group_id.to_string()));
-        // Only the topics the members subscribe to are looked up, not every topic there is.
-        let topic = |name: &str| {
-            let t = topics.topics.get(name)?;
-            Some(TopicMetadata {
-                topic_id: t.meta.topic_id,
-                name: name.to_string(),
-                partitions: t.partitions.len() as i32,
-            })
-        };
-        let answer = group.heartbeat(heartbeat, &topic, settings, now, member_id);
+        let answer = group.heartbeat(heartbeat, &topic, self.consumer_settings(), now, member_id);
+        if upgraded {
+            // The upgrade rode on the join: refused, the classic group stays as it was.
+            let answer = answer?;
+            self.upgraded(group_id).await;
+            self.consumer_groups.insert(group_id.to_string(), group);
+            return Ok(answer);
+        }
         if answer.is_ok() || group.group_epoch > 0 {
             self.consumer_groups.insert(group_id.to_string(), group);
         }
         answer
+    }
+
+    fn consumer_settings(&self) -> consumer::Settings {
+        consumer::Settings {
+            session_timeout_ms: self.config.group_consumer_session_timeout_ms,
+            max_size: self.config.group_consumer_max_size,
+        }
+    }
+
+    /// The classic group `group_id` became a consumer group: the joins and syncs it parked are
+    /// told to join again (now as members of the consumer group), and its classic membership
+    /// is no longer what a new coordinator should carry on.
+    async fn upgraded(&mut self, group_id: &str) {
+        tracing::info!(group = group_id, "classic group upgraded to a consumer group");
+        self.groups.remove(group_id);
+        let joins: Vec<_> = self.parked_joins.keys().filter(|(g, _)| g == group_id).cloned().collect();
+        for key in joins {
+            if let Some(tx) = self.parked_joins.remove(&key) {
+                let _ = tx.send(Err(CoreError::RebalanceInProgress));
+            }
+        }
+        let syncs: Vec<_> = self.parked_syncs.keys().filter(|(g, _)| g == group_id).cloned().collect();
+        for key in syncs {
+            if let Some(tx) = self.parked_syncs.remove(&key) {
+                let _ = tx.send(Err(CoreError::RebalanceInProgress));
+            }
+        }
+        if let Err(e) = self.offsets.set_membership(group_id, None).await {
+            // A take-over before the next write may carry the classic group on; its members'
+            // generations are then behind, and they join again.
+            tracing::warn!(group = group_id, error = %e, "cannot clear the upgraded group's classic membership");
+        }
+    }
+
+    /// A consumer group whose members all speak the classic protocol goes back to being a
+    /// classic group, which rebalances, if the migration policy allows.
+    fn maybe_downgrade(&mut self, group_id: &str, now: Instant) {
+        let Some(group) = self.consumer_groups.get(group_id) else { return };
+        if !group.all_classic()
+            || !self.config.group_consumer_migration_policy.downgrades()
+            || group.members.len() > self.config.group_max_size
+        {
+            return;
+        }
+        let mut replies = Vec::new();
+        let classic = migration::downgrade(group, self.config.group_initial_rebalance_delay_ms, now, &mut replies);
+        tracing::info!(
+            group = group_id,
+            generation = classic.generation_id,
+            "consumer group downgraded to a classic group"
+        );
+        self.consumer_groups.remove(group_id);
+        self.groups.insert(group_id.to_string(), classic);
+        self.deliver(replies.into_iter().map(|r| (group_id.to_string(), r)).collect());
+    }
+
+    /// A JoinGroup to a consumer group: the member joins it with the subscription its
+    /// consumer-protocol bytes carry and is answered at once, at its member epoch, with no
+    /// leader (the coordinator assigns).
+    fn classic_join_to_consumer_group(
+        &mut self,
+        group_id: &str,
+        req: JoinRequest,
+        topics: &MetadataSnapshot,
+        now: Instant,
+    ) -> CoreResult<JoinOutcome> {
+        if req.protocol_type != "consumer" || req.protocols.is_empty() {
+            return Err(CoreError::InconsistentGroupProtocol);
+        }
+        let (protocol_name, metadata) = req.protocols[0].clone();
+        let subscription = embedded::decode_subscription(&metadata).ok_or(CoreError::InconsistentGroupProtocol)?;
+        let new_member = req.member_id.is_empty();
+        let member_id = match new_member {
+            true => self.new_member_id(),
+            false => req.member_id.clone(),
+        };
+        if new_member && req.require_known_member_id && req.group_instance_id.is_none() {
+            return Err(CoreError::MemberIdRequired(member_id));
+        }
+        let topic = |name: &str| topic_metadata(topics, name);
+        let join = ClassicJoin {
+            member_id: member_id.clone(),
+            new_member,
+            instance_id: req.group_instance_id,
+            rack_id: subscription.rack_id,
+            client_id: req.client_id,
+            client_host: req.client_host,
+            session_timeout_ms: req.session_timeout_ms,
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            protocols: req.protocols,
+            subscribed_topic_names: subscription.topics.into_iter().collect(),
+            owned: migration::by_id(&subscription.owned, &topic),
+        };
+        let settings = self.consumer_settings();
+        let group = self.consumer_groups.get_mut(group_id).expect("a consumer group with members");
+        let member_epoch = group.classic_join(join, &topic, settings, now)?;
+        Ok(JoinOutcome {
+            generation_id: member_epoch,
+            protocol_type: "consumer".into(),
+            protocol_name,
+            leader: String::new(),
+            member_id,
+            members: Vec::new(),
+        })
+    }
+
+    /// A member id for a new member of a consumer group.
+    fn new_member_id(&self) -> String {
+        let unique = [self.env.rng().next_u64(), self.env.rng().next_u64()];
+        crate::hex::encode(&[unique[0].to_be_bytes(), unique[1].to_be_bytes()].concat())
     }
 
     /// The consumer group of `group_id` with members, if there is one: commits are checked

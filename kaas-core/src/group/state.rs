@@ -257,6 +257,36 @@ impl Group {
         Some(group)
     }
 
+    /// A consumer group whose members all speak the classic protocol again, as a classic group
+    /// (the online downgrade): it starts Stable at the consumer group's epoch with the members
+    /// and what they own, and rebalances at once, so that every member joins the classic way.
+    pub fn downgraded(
+        group_id: String,
+        initial_delay_ms: i64,
+        generation_id: i32,
+        members: Vec<Member>,
+        now: Instant,
+        replies: &mut Vec<Reply>,
+    ) -> Group {
+        let mut group = Group::new(group_id, initial_delay_ms);
+        group.generation_id = generation_id;
+        group.protocol_type = Some("consumer".into());
+        for member in members {
+            if let Some(instance) = &member.group_instance_id {
+                group.static_members.insert(instance.clone(), member.member_id.clone());
+            }
+            group.members.insert(member.member_id.clone(), member);
+        }
+        if !group.members.is_empty() {
+            group.protocol_name = Some(group.select_protocol());
+            group.leader = group.members.keys().next().cloned();
+            group.state = GroupState::Stable;
+            group.prepare_rebalance(now, replies);
+        }
+        group.check_invariants();
+        group
+    }
+
     fn transition(&mut self, to: GroupState) {
         assert!(
             transition_valid(self.state, to),

@@ -139,8 +139,8 @@ pub async fn describe<E: Env>(
                     .with_subscribed_topic_regex(Some(text("")))
                     .with_assignment(to_wire(&m.assigned))
                     .with_target_assignment(to_wire(group.target.get(&m.member_id).unwrap_or(&Assignment::new())))
-                    // 1: a consumer-protocol member (0 would be a classic one in a mixed group).
-                    .with_member_type(1)
+                    // 0: a classic member of a group under migration; 1: a consumer-protocol one.
+                    .with_member_type(if m.classic.is_some() { 0 } else { 1 })
             })
             .collect();
         groups.push(

@@ -47,9 +47,10 @@ pub fn join<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: JoinGroup
     };
     let group_id = request.group_id.0.to_string();
     let requested_member = request.member_id;
+    let topics = ctx.broker.topics.snapshot();
     let header = header.clone();
     Answer::Later(Box::pin(async move {
-        let response = match groups.join(group_id, join).await {
+        let response = match groups.join(group_id, join, topics).await {
             Ok(outcome) => {
                 let members = outcome
                     .members
