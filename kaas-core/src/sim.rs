@@ -90,10 +90,13 @@ pub enum Mutant {
     /// A consumer-protocol member is given its target's partitions at once, whether or not
     /// another member still holds them.
     ConsumerAssignsUnreleased,
+    /// The online upgrade of a classic group takes its members as owning nothing, so the
+    /// consumer-protocol member that joins is given partitions they still hold.
+    UpgradeForgetsOwned,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 29] = [
+    pub const ALL: [Mutant; 30] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -123,6 +126,7 @@ impl Mutant {
         Mutant::SettleZero,
         Mutant::EndTxnWithoutEpochBump,
         Mutant::ConsumerAssignsUnreleased,
+        Mutant::UpgradeForgetsOwned,
     ];
 
     pub fn name(self) -> &'static str {
@@ -156,6 +160,7 @@ impl Mutant {
             Mutant::SettleZero => "settle-zero",
             Mutant::EndTxnWithoutEpochBump => "end-txn-without-epoch-bump",
             Mutant::ConsumerAssignsUnreleased => "consumer-assigns-unreleased",
+            Mutant::UpgradeForgetsOwned => "upgrade-forgets-owned",
         }
     }
 

@@ -791,6 +791,133 @@ fn consumer_protocol_unknown_group(c: &mut Session) -> Vec<String> {
     vec![c.call::<_, ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat, 1, &request).0]
 }
 
+/// The online migration of a live group (KIP-848's upgrade path): a classic member forms the
+/// group, a consumer-protocol member joins it (the group is upgraded), the classic member is
+/// told to rejoin, rejoins and syncs as a member of the consumer group, the consumer-protocol
+/// member leaves (the group goes back to classic) and the classic member is told to rejoin
+/// again. Only error codes are compared: Apache 4.4 assigns off the request path, so when an
+/// answer carries the new assignment is a matter of timing, and the classic member retries its
+/// join and sync until they carry it.
+fn group_migration(c: &mut Session) -> Vec<String> {
+    use kaas_core::group::embedded;
+    let group = "conf-mig-g";
+    c.create_topic("conf-mig", 1);
+    c.await_coordinator(group, 0);
+    // The consumer protocol's subscription, v1, to conf-mig, owning nothing.
+    let subscription = embedded::encode_subscription(&["conf-mig".into()], &Vec::new(), 1);
+    let join = |member: &str| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_session_timeout_ms(30_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(s(member))
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default().with_name(s("range")).with_metadata(subscription.clone()),
+            ])
+    };
+    let mut out = Vec::new();
+    let code = |api: &str, error_code: i16| format!("{api}: error {error_code}");
+    let (_, required) = c.call::<_, JoinGroupResponse>(ApiKey::JoinGroup, 7, &join(""));
+    out.push(code("JoinGroup", required.error_code));
+    let member = required.member_id.to_string();
+    let (_, joined) = c.call::<_, JoinGroupResponse>(ApiKey::JoinGroup, 7, &join(&member));
+    out.push(code("JoinGroup", joined.error_code));
+    // The leader's assignment: conf-mig's partition 0, in the consumer protocol (v1).
+    let assignment = embedded::encode_assignment(&vec![("conf-mig".into(), vec![0])], 1);
+    let sync = |generation: i32, assignments: Vec<(String, Bytes)>| {
+        SyncGroupRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_generation_id(generation)
+            .with_member_id(s(&member))
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("range")))
+            .with_assignments(
+                assignments
+                    .into_iter()
+                    .map(|(id, a)| {
+                        sync_group_request::SyncGroupRequestAssignment::default()
+                            .with_member_id(s(&id))
+                            .with_assignment(a)
+                    })
+                    .collect(),
+            )
+    };
+    let (_, synced) = c.call::<_, SyncGroupResponse>(
+        ApiKey::SyncGroup,
+        5,
+        &sync(joined.generation_id, vec![(member.clone(), assignment)]),
+    );
+    out.push(code("SyncGroup", synced.error_code));
+    let heartbeat = |generation: i32| {
+        HeartbeatRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_generation_id(generation)
+            .with_member_id(s(&member))
+    };
+    out.push(code(
+        "Heartbeat",
+        c.call::<_, HeartbeatResponse>(ApiKey::Heartbeat, 4, &heartbeat(joined.generation_id)).1.error_code,
+    ));
+    // A consumer-protocol member joins the live classic group.
+    let beat = |epoch: i32| {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s("conf-mig-new"))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(if epoch == 0 { 30_000 } else { -1 })
+            .with_subscribed_topic_names((epoch == 0).then(|| vec![name("conf-mig")]))
+            .with_topic_partitions((epoch == 0).then(Vec::new))
+    };
+    let (_, upgraded) = c.call::<_, ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat, 1, &beat(0));
+    out.push(code("ConsumerGroupHeartbeat", upgraded.error_code));
+    out.push(code(
+        "Heartbeat",
+        c.call::<_, HeartbeatResponse>(ApiKey::Heartbeat, 4, &heartbeat(joined.generation_id)).1.error_code,
+    ));
+    let described = ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(group))]);
+    let (_, d) = c.call::<_, ConsumerGroupDescribeResponse>(ApiKey::ConsumerGroupDescribe, 1, &described);
+    let mut types: Vec<i8> = d.groups[0].members.iter().map(|m| m.member_type).collect();
+    types.sort();
+    out.push(format!("ConsumerGroupDescribe: error {}, member types {types:?}", d.groups[0].error_code));
+    // The classic member rejoins (it has revoked nothing: eager) until it is at the new epoch.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let generation = loop {
+        let (_, rejoined) = c.call::<_, JoinGroupResponse>(ApiKey::JoinGroup, 7, &join(&member));
+        let (_, synced) =
+            c.call::<_, SyncGroupResponse>(ApiKey::SyncGroup, 5, &sync(rejoined.generation_id, Vec::new()));
+        let hb = c.call::<_, HeartbeatResponse>(ApiKey::Heartbeat, 4, &heartbeat(rejoined.generation_id)).1.error_code;
+        if (rejoined.error_code, synced.error_code, hb) == (0, 0, 0) {
+            out.push(format!(
+                "rejoined as a classic member of a consumer group, leader {:?}",
+                rejoined.leader.as_str()
+            ));
+            break rejoined.generation_id;
+        }
+        assert!(Instant::now() < deadline, "the classic member never settles: {rejoined:?} {synced:?} {hb}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The consumer-protocol member leaves: the group is classic again, and rebalances. The
+    // classic member's generation is still current there (REBALANCE_IN_PROGRESS, not
+    // ILLEGAL_GENERATION).
+    let (_, left) = c.call::<_, ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat, 1, &beat(-1));
+    out.push(code("ConsumerGroupHeartbeat", left.error_code));
+    out.push(code(
+        "Heartbeat",
+        c.call::<_, HeartbeatResponse>(ApiKey::Heartbeat, 4, &heartbeat(generation)).1.error_code,
+    ));
+    let (_, d) = c.call::<_, ConsumerGroupDescribeResponse>(ApiKey::ConsumerGroupDescribe, 1, &described);
+    out.push(code("ConsumerGroupDescribe", d.groups[0].error_code));
+    let (_, classic) = c.call::<_, JoinGroupResponse>(ApiKey::JoinGroup, 7, &join(&member));
+    out.push(format!(
+        "JoinGroup: error {}, the next generation {}, leading itself {}",
+        classic.error_code,
+        classic.generation_id == generation + 1,
+        classic.leader == classic.member_id
+    ));
+    out
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -805,6 +932,7 @@ const CASES: &[(&str, Case)] = &[
     ("transactions-v2", transactions_v2),
     ("consumer-protocol", consumer_protocol),
     ("consumer-protocol-unknown-group", consumer_protocol_unknown_group),
+    ("group-migration", group_migration),
 ];
 
 #[test]

@@ -130,6 +130,13 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["assertion", "split-assignment"],
         scenarios: &["groups"],
     },
+    MutantSpec {
+        mutant: Mutant::UpgradeForgetsOwned,
+        // Only the worlds whose group migrates reach it: the newcomer is given a classic
+        // member's partition, which the classic member then commits or heartbeats on.
+        catches: &["split-assignment", "fenced-commit"],
+        scenarios: &["groups"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

@@ -132,14 +132,25 @@ pub fn upgrade(
             subscribed_topic_names: subscription.topics.into_iter().collect(),
             owned: Assignment::new(),
         };
-        members.push((join, by_id(&assigned, topic)));
+        let owned = match crate::mutant!(UpgradeForgetsOwned) {
+            true => Assignment::new(),
+            false => by_id(&assigned, topic),
+        };
+        members.push((join, owned));
     }
     ConsumerGroup::adopt(classic.group_id.clone(), classic.generation_id, members, topic, now)
 }
 
 /// The consumer group `group`, whose members all speak the classic protocol, as a classic group
-/// that is rebalancing. `replies` takes what the rebalance answers (nothing is parked yet).
-pub fn downgrade(group: &ConsumerGroup, initial_delay_ms: i64, now: Instant, replies: &mut Vec<Reply>) -> Group {
+/// at `generation_id` that is rebalancing. `replies` takes what the rebalance answers (nothing
+/// is parked yet).
+pub fn downgrade(
+    group: &ConsumerGroup,
+    generation_id: i32,
+    initial_delay_ms: i64,
+    now: Instant,
+    replies: &mut Vec<Reply>,
+) -> Group {
     let members = group
         .members
         .values()
@@ -161,7 +172,7 @@ pub fn downgrade(group: &ConsumerGroup, initial_delay_ms: i64, now: Instant, rep
             })
         })
         .collect();
-    Group::downgraded(group.group_id.clone(), initial_delay_ms, group.group_epoch, members, now, replies)
+    Group::downgraded(group.group_id.clone(), initial_delay_ms, generation_id, members, now, replies)
 }
 
 #[cfg(test)]
@@ -307,9 +318,9 @@ mod tests {
         assert!(g.all_classic());
         let mut replies = Vec::new();
         let later = now + Duration::from_secs(1);
-        let back = downgrade(&g, 0, later, &mut replies);
+        let back = downgrade(&g, g.group_epoch - 1, 0, later, &mut replies);
         assert_eq!(back.state, GroupState::PreparingRebalance, "the classic members rebalance");
-        assert_eq!(back.generation_id, g.group_epoch);
+        assert_eq!(back.generation_id, g.group_epoch - 1);
         assert_eq!(back.members.keys().collect::<Vec<_>>(), g.members.keys().collect::<Vec<_>>());
         let owned = embedded::decode_assignment(&back.members[&b].assignment).unwrap();
         let b_owns: Vec<i32> = b_owns.into_iter().collect();

@@ -584,7 +584,8 @@ impl<E: Env> GroupCoordinator<E> {
         self.deliver(replies);
         let ids: Vec<String> = self.consumer_groups.keys().cloned().collect();
         for group_id in ids {
-            self.maybe_downgrade(&group_id, now);
+            // Only an expiry can leave every member classic.
+            self.maybe_downgrade(&group_id, true, now);
         }
     }
 
@@ -637,7 +638,8 @@ impl<E: Env> GroupCoordinator<E> {
                 }
                 if self.consumer_group(&group_id).is_some() {
                     let _ = reply.send(self.classic_join_to_consumer_group(&group_id, request, &topics, now));
-                    self.maybe_downgrade(&group_id, now);
+                    // A classic member that took the last consumer-protocol member's place.
+                    self.maybe_downgrade(&group_id, false, now);
                     return;
                 }
                 // An empty consumer group gives way to the classic group.
@@ -700,7 +702,7 @@ impl<E: Env> GroupCoordinator<E> {
                     let results =
                         members.iter().map(|(id, instance)| group.classic_leave(id, instance.as_deref())).collect();
                     let _ = reply.send(Ok(results));
-                    self.maybe_downgrade(&group_id, now);
+                    self.maybe_downgrade(&group_id, true, now);
                     return;
                 }
                 let Some(group) = self.groups.get_mut(&group_id) else {
@@ -784,7 +786,8 @@ impl<E: Env> GroupCoordinator<E> {
             }
             Command::ConsumerHeartbeat { group_id, heartbeat, topics, reply } => {
                 let _ = reply.send(self.consumer_heartbeat(&group_id, heartbeat, &topics, now).await);
-                self.maybe_downgrade(&group_id, now);
+                // Only a leave can leave every member classic.
+                self.maybe_downgrade(&group_id, true, now);
             }
             Command::ConsumerDescribe(group_id, reply) => {
                 let _ = reply.send(Ok(self.consumer_groups.get(&group_id).cloned()));
@@ -822,7 +825,14 @@ impl<E: Env> GroupCoordinator<E> {
         let mut upgraded = false;
         let group = match self.groups.get(group_id).filter(|g| !g.is_empty()) {
             Some(classic) => {
-                if heartbeat.member_epoch != 0 || !self.config.group_consumer_migration_policy.upgrades() {
+                if heartbeat.member_epoch != 0 {
+                    // A member of a consumer group that is classic again (it was fenced, and the
+                    // group downgraded; or the coordinator carried the classic group on after
+                    // a restart): it joins again, as any member the group no longer knows.
+                    // Apache answers GROUP_ID_NOT_FOUND, which the Java consumer takes as fatal.
+                    return Err(CoreError::UnknownMemberId);
+                }
+                if !self.config.group_consumer_migration_policy.upgrades() {
                     return Err(CoreError::GroupIdNotFound);
                 }
                 if classic.members.len() > self.config.group_consumer_max_size {
@@ -893,8 +903,11 @@ impl<E: Env> GroupCoordinator<E> {
     }
 
     /// A consumer group whose members all speak the classic protocol goes back to being a
-    /// classic group, which rebalances, if the migration policy allows.
-    fn maybe_downgrade(&mut self, group_id: &str, now: Instant) {
+    /// classic group, which rebalances, if the migration policy allows. Its generation is the
+    /// group epoch, before the bump of the removal that left only classic members (`removed`),
+    /// as Apache converts the group instead of bumping it: the classic members' generation is
+    /// then current, and their heartbeats are told REBALANCE_IN_PROGRESS, not ILLEGAL_GENERATION.
+    fn maybe_downgrade(&mut self, group_id: &str, removed: bool, now: Instant) {
         let Some(group) = self.consumer_groups.get(group_id) else { return };
         if !group.all_classic()
             || !self.config.group_consumer_migration_policy.downgrades()
@@ -903,7 +916,9 @@ impl<E: Env> GroupCoordinator<E> {
             return;
         }
         let mut replies = Vec::new();
-        let classic = migration::downgrade(group, self.config.group_initial_rebalance_delay_ms, now, &mut replies);
+        let generation = if removed { group.group_epoch - 1 } else { group.group_epoch };
+        let delay = self.config.group_initial_rebalance_delay_ms;
+        let classic = migration::downgrade(group, generation, delay, now, &mut replies);
         tracing::info!(
             group = group_id,
             generation = classic.generation_id,

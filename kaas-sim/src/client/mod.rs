@@ -459,9 +459,16 @@ impl WireClient {
         member_id: &str,
         session_timeout_ms: i32,
         rebalance_timeout_ms: i32,
+        embedded: Option<&str>,
     ) -> Outcome<Joined> {
         use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
         let mut member_id = member_id.to_string();
+        // The consumer protocol's subscription (a member of an eager protocol owns nothing as
+        // it joins), or bytes only the sim's members read.
+        let (protocol, metadata) = match embedded {
+            Some(topic) => ("range", kaas_core::group::embedded::encode_subscription(&[topic.into()], &Vec::new(), 1)),
+            None => ("sim", Bytes::new()),
+        };
         loop {
             let request = JoinGroupRequest::default()
                 .with_group_id(GroupId(text(group)))
@@ -470,7 +477,7 @@ impl WireClient {
                 .with_member_id(text(&member_id))
                 .with_protocol_type(text("consumer"))
                 .with_protocols(vec![
-                    JoinGroupRequestProtocol::default().with_name(text("sim")).with_metadata(Bytes::new()),
+                    JoinGroupRequestProtocol::default().with_name(text(protocol)).with_metadata(metadata.clone()),
                 ]);
             let timeout = std::time::Duration::from_millis(rebalance_timeout_ms as u64) + REQUEST_TIMEOUT;
             let response: JoinGroupResponse = match self.call_within(timeout, ApiKey::JoinGroup, 7, &request).await {
@@ -498,7 +505,9 @@ impl WireClient {
         member: &Member,
         assignments: &[(String, Vec<i32>)],
         rebalance_timeout_ms: i32,
+        embedded: Option<&str>,
     ) -> Outcome<Vec<i32>> {
+        use kaas_core::group::embedded;
         use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
         let request = SyncGroupRequest::default()
             .with_group_id(GroupId(text(group)))
@@ -508,10 +517,13 @@ impl WireClient {
                 assignments
                     .iter()
                     .map(|(id, partitions)| {
-                        let bytes: Vec<u8> = partitions.iter().flat_map(|p| p.to_be_bytes()).collect();
-                        SyncGroupRequestAssignment::default()
-                            .with_member_id(text(id))
-                            .with_assignment(Bytes::from(bytes))
+                        let bytes = match embedded {
+                            Some(topic) => {
+                                embedded::encode_assignment(&vec![(topic.to_string(), partitions.clone())], 1)
+                            }
+                            None => Bytes::from(partitions.iter().flat_map(|p| p.to_be_bytes()).collect::<Vec<u8>>()),
+                        };
+                        SyncGroupRequestAssignment::default().with_member_id(text(id)).with_assignment(bytes)
                     })
                     .collect(),
             );
@@ -523,8 +535,14 @@ impl WireClient {
         if response.error_code != 0 {
             return Outcome::Failed(response.error_code);
         }
-        let partitions =
-            response.assignment.chunks_exact(4).map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let partitions = match embedded {
+            Some(topic) => match embedded::decode_assignment(&response.assignment) {
+                Some(assigned) => assigned.into_iter().filter(|(t, _)| t == topic).flat_map(|(_, ps)| ps).collect(),
+                // Not the consumer protocol: a coordinator that garbles an assignment fails here.
+                None => return Outcome::Failed(-1),
+            },
+            None => response.assignment.chunks_exact(4).map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        };
         Outcome::Ok(partitions)
     }
 

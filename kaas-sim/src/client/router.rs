@@ -338,9 +338,16 @@ impl Client {
         member_id: &str,
         session_timeout_ms: i32,
         rebalance_timeout_ms: i32,
+        embedded: Option<&str>,
     ) -> Outcome<Joined> {
         let route = Route::Coordinator(GROUP, group.to_string());
-        routed!(self, route, "join-group", |c| c.join_group(group, member_id, session_timeout_ms, rebalance_timeout_ms))
+        routed!(self, route, "join-group", |c| c.join_group(
+            group,
+            member_id,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            embedded
+        ))
     }
 
     pub async fn sync_group(
@@ -349,9 +356,10 @@ impl Client {
         member: &Member,
         assignments: &[(String, Vec<i32>)],
         rebalance_timeout_ms: i32,
+        embedded: Option<&str>,
     ) -> Outcome<Vec<i32>> {
         let route = Route::Coordinator(GROUP, group.to_string());
-        routed!(self, route, "sync-group", |c| c.sync_group(group, member, assignments, rebalance_timeout_ms))
+        routed!(self, route, "sync-group", |c| c.sync_group(group, member, assignments, rebalance_timeout_ms, embedded))
     }
 
     pub async fn heartbeat(&mut self, group: &str, member: &Member) -> Outcome<()> {

@@ -7,8 +7,16 @@
 //! a partition to two members and that no old generation's commit is taken. Half the worlds'
 //! members speak KIP-848's consumer protocol (`workloads::consumer_member`): the broker assigns,
 //! and the checks are that no partition is given while a live member holds it and that no
-//! commit of a partition given away since is taken.
+//! commit of a partition given away since is taken. In a third of the worlds drawn since the
+//! online migration (`mixed`), members of both protocols share the group: each starts with one
+//! (alternating by member), comes back from a crash with the other, and may leave after some
+//! commits to come back with the other too, so the live group is upgraded to a consumer group
+//! and downgraded back, again and again. There every member records what it holds, and the
+//! consumer protocol's checks apply to all of them (a classic member's generation is then its
+//! member epoch, so the classic checks by generation do not).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,7 +30,7 @@ use super::{RunResult, World};
 use crate::checkers::{self, groups as group_check};
 use crate::faults::{Fault, Planned};
 use crate::workloads::consumer_member;
-use crate::workloads::member::{self, Group, Membership};
+use crate::workloads::member::{self, Ended, Group, Membership};
 use crate::workloads::plain::{self, Batch};
 use crate::workloads::{self, Shared, consumer};
 
@@ -47,6 +55,9 @@ pub struct Groups {
     /// The members speak KIP-848's consumer protocol instead of the classic one.
     #[serde(default)]
     pub consumer_protocol: bool,
+    /// Members of both protocols share the group, which migrates between them.
+    #[serde(default)]
+    pub mixed: bool,
 }
 
 fn member_name(i: usize) -> String {
@@ -79,6 +90,8 @@ impl World for Groups {
             max_wait_ms: [0, 20, 100][rng.random_range(0..3)],
             // Drawn last, so that the rest of a seed's world is what it was before KIP-848.
             consumer_protocol: rng.random_bool(0.5),
+            // Drawn after it, for the same reason.
+            mixed: rng.random_bool(1.0 / 3.0),
         }
     }
 
@@ -108,18 +121,54 @@ impl World for Groups {
                 pause_per_mille: self.pause_per_mille,
                 max_wait_ms: self.max_wait_ms,
                 seed: self.common.workload_seed.wrapping_add(i as u64),
+                mixed: self.mixed,
             };
             let (world, group, coordinator) = (world.clone(), group.clone(), coordinator.clone());
-            let consumer_protocol = self.consumer_protocol;
+            let (consumer_protocol, mixed) = (self.consumer_protocol, self.mixed);
+            // How many times the member's host started: a mixed world's member comes back from
+            // a crash speaking the other protocol.
+            let starts = Arc::new(AtomicUsize::new(0));
             run.sim.host(member_name(i), move || {
-                let (m, world, group, coordinator) =
+                let (mut m, world, group, coordinator) =
                     (membership.clone(), world.clone(), group.clone(), coordinator.clone());
+                let start = starts.fetch_add(1, Ordering::Relaxed);
                 async move {
-                    match consumer_protocol {
-                        true => consumer_member::member(member_name(i), m, world, group, coordinator).await,
-                        false => member::member(member_name(i), m, world, group, coordinator).await,
+                    let mut consumer = if mixed { (i + start) % 2 == 1 } else { consumer_protocol };
+                    if mixed && consumer && start == 0 {
+                        // The classic members form the group first: the first consumer-protocol
+                        // member to join upgrades it.
+                        tokio::time::sleep(Duration::from_millis(500 + 100 * i as u64)).await;
                     }
-                    Ok(())
+                    loop {
+                        let ended = match consumer {
+                            true => {
+                                consumer_member::member(
+                                    member_name(i),
+                                    m.clone(),
+                                    world.clone(),
+                                    group.clone(),
+                                    coordinator.clone(),
+                                )
+                                .await
+                            }
+                            false => {
+                                member::member(
+                                    member_name(i),
+                                    m.clone(),
+                                    world.clone(),
+                                    group.clone(),
+                                    coordinator.clone(),
+                                )
+                                .await
+                            }
+                        };
+                        if ended == Ended::Done {
+                            return Ok(());
+                        }
+                        consumer = !consumer;
+                        // Each run draws its own pauses and switch.
+                        m.seed = m.seed.wrapping_add(1 << 32);
+                    }
                 }
             });
         }
@@ -133,10 +182,12 @@ impl World for Groups {
             if violations.is_empty() {
                 violations = checkers::check_all(&w.partitions);
             }
-            violations.extend(group_check::check_assignments(&g.assignments));
-            violations.extend(group_check::check_fencing(&g.assignments, &g.commits));
+            if !self.mixed {
+                violations.extend(group_check::check_assignments(&g.assignments));
+                violations.extend(group_check::check_fencing(&g.assignments, &g.commits));
+            }
             violations.extend(group_check::check_ownership(&g.ownership));
-            if self.consumer_protocol {
+            if self.consumer_protocol || self.mixed {
                 violations.extend(group_check::check_consumer_fencing(&g.ownership, &g.commits));
             }
         }
@@ -150,6 +201,7 @@ fn value(batch: usize, record: usize) -> Bytes {
 
 async fn workload(g: Groups, world: Shared, group: Group) -> turmoil::Result {
     workloads::create_topic(&world, TOPIC, g.partitions).await;
+    group.lock().unwrap().topic_created = true;
     let producers = g.producer_acks.len();
     let tasks: Vec<_> = (0..producers)
         .map(|id| {

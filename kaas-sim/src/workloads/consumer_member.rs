@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::Shared;
-use super::member::{Group, Membership};
+use super::member::{Ended, Group, Membership, switch_after};
 use crate::checkers::groups::{GroupCommit, Ownership, OwnershipEvent};
 use crate::checkers::{Commit, Resume, Session};
 use crate::client::{Beat, CORRUPT_READ, Member, OFFSET_OUT_OF_RANGE, Outcome};
@@ -36,8 +36,10 @@ struct Owned {
 }
 
 /// A member process named `name` (its member id too).
-pub async fn member(name: String, m: Membership, world: Shared, group: Group, coordinator: BrokerControl) {
+pub async fn member(name: String, m: Membership, world: Shared, group: Group, coordinator: BrokerControl) -> Ended {
     let mut rng = ChaCha8Rng::seed_from_u64(m.seed);
+    let switch_after = switch_after(&mut rng, m.mixed);
+    let mut acked_commits = 0;
     let mut client = super::client(&world, &name);
     let g = m.group.as_str();
     let record = |op: &str, outcome: &str, detail: serde_json::Value| {
@@ -55,14 +57,18 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
         let mut report = true;
         let mut next_beat = tokio::time::Instant::now();
         loop {
-            if group.lock().unwrap().caught_up.len() == m.partitions as usize {
-                let left = client.consumer_heartbeat(g, &name, -1, None, None).await;
-                record("leave", &outcome_name(&left), serde_json::json!({}));
+            let done = group.lock().unwrap().caught_up.len() == m.partitions as usize;
+            if done || switch_after.is_some_and(|n| acked_commits >= n) {
                 for o in &owned {
                     event(o.partition, world.lock().unwrap().history.next_seq(), OwnershipEvent::Released);
                 }
+                let left = client.consumer_heartbeat(g, &name, -1, None, None).await;
+                record("leave", &outcome_name(&left), serde_json::json!({}));
+                if !done {
+                    return Ended::Switch;
+                }
                 group.lock().unwrap().members_done.insert(name.clone());
-                return;
+                return Ended::Done;
             }
             if tokio::time::Instant::now() >= next_beat {
                 next_beat = tokio::time::Instant::now() + Duration::from_millis(HEARTBEAT_INTERVAL_MS);
@@ -173,11 +179,11 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
                         }
                         Outcome::Failed(CORRUPT_READ) => {
                             w.violations.push(format!("corrupt-read: partition {p}: a batch failed its CRC"));
-                            return;
+                            return Ended::Done;
                         }
                         Outcome::Failed(OFFSET_OUT_OF_RANGE) => {
                             w.violations.push(format!("lost-write: partition {p}: a position past the end of the log"));
-                            return;
+                            return Ended::Done;
                         }
                         Outcome::Failed(_) | Outcome::Indefinite => false,
                     }
@@ -193,7 +199,12 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
                     record("pause", "ok", serde_json::json!({"ms": pause_ms}));
                     tokio::time::sleep(Duration::from_millis(pause_ms)).await;
                 }
-                match commit(&mut client, &world, &group, &coordinator, &name, g, &m, epoch, o).await {
+                let before = o.committed;
+                let refused = commit(&mut client, &world, &group, &coordinator, &name, g, &m, epoch, o).await;
+                if o.committed != before {
+                    acked_commits += 1;
+                }
+                match refused {
                     Some(UNKNOWN_MEMBER_ID | FENCED_MEMBER_EPOCH) => {
                         next_beat = tokio::time::Instant::now();
                     }

@@ -3,6 +3,12 @@
 //! and heartbeats; on a rebalance or a fenced commit it joins again. It may stall before a
 //! commit for longer than its session (a GC pause in the client), and the commit it then sends
 //! must be refused. It leaves once the whole group has caught up.
+//!
+//! In a world whose group migrates between the protocols (`Membership::mixed`) it speaks the
+//! consumer protocol's bytes (so that the coordinator can upgrade the group, and answer it as a
+//! classic member of a consumer group), records its partitions as the consumer-protocol
+//! members do for `checkers::groups::check_ownership`, and may leave after some commits to come
+//! back speaking the other protocol (a rolling upgrade or downgrade).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -12,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{Shared, backoff};
-use crate::checkers::groups::{Assignment, GroupCommit, Ownership};
+use crate::checkers::groups::{Assignment, GroupCommit, Ownership, OwnershipEvent};
 use crate::checkers::{Commit, Resume, Session};
 use crate::client::{CORRUPT_READ, OFFSET_OUT_OF_RANGE, Outcome};
 use crate::history::outcome_name;
@@ -35,6 +41,22 @@ pub struct Membership {
     pub pause_per_mille: u32,
     pub max_wait_ms: i32,
     pub seed: u64,
+    /// Members of both protocols share the group, and switch protocol now and then.
+    pub mixed: bool,
+}
+
+/// How a member's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The whole group caught up: it left for good.
+    Done,
+    /// It left to come back speaking the other protocol.
+    Switch,
+}
+
+/// After how many acked commits a member of a mixed world leaves to switch protocol, if it does.
+pub fn switch_after(rng: &mut ChaCha8Rng, mixed: bool) -> Option<usize> {
+    (mixed && rng.random_bool(0.5)).then(|| rng.random_range(3..30))
 }
 
 #[derive(Default)]
@@ -47,6 +69,9 @@ pub struct GroupState {
     pub members_done: BTreeSet<String>,
     /// Consumer-protocol members' partitions (KIP-848), for `checkers::groups`.
     pub ownership: Vec<Ownership>,
+    /// The topic exists: a leader's assignment names only partitions that do, as Kafka's
+    /// assignors (which assign from metadata) do.
+    pub topic_created: bool,
 }
 
 pub type Group = Arc<Mutex<GroupState>>;
@@ -62,18 +87,44 @@ fn assign(members: &[String], partitions: i32) -> Vec<(String, Vec<i32>)> {
 
 /// A member process named `name`. `coordinator` is the broker host coordinating the group:
 /// its boots tell which incarnation formed a generation (generations restart with it).
-pub async fn member(name: String, m: Membership, world: Shared, group: Group, coordinator: BrokerControl) {
+pub async fn member(name: String, m: Membership, world: Shared, group: Group, coordinator: BrokerControl) -> Ended {
     let mut member_id = String::new();
     let mut rng = ChaCha8Rng::seed_from_u64(m.seed);
+    let switch_after = switch_after(&mut rng, m.mixed);
+    let mut acked_commits = 0;
     let mut client = super::client(&world, &name);
     let g = m.group.as_str();
+    let embedded = m.mixed.then_some(m.topic.as_str());
+    // Partitions as the ownership check sees them (mixed worlds only): by member id.
+    let event = |member_id: &str, partition: i32, seq: u64, event: OwnershipEvent| {
+        if m.mixed {
+            let o = Ownership { boot: coordinator.boots(), member_id: member_id.to_string(), partition, seq, event };
+            group.lock().unwrap().ownership.push(o);
+        }
+    };
+    // An assignment of partitions that do not exist yet would be one no coordinator can read:
+    // the upgrade of the group would take the member as owning nothing of them.
+    while m.mixed && !group.lock().unwrap().topic_created {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut holding: Vec<i32> = Vec::new();
+    // The coordinator no longer knows the member id: joining again, it asks for a new one.
+    let mut forget = false;
     'join: loop {
+        // Joining again: everything held is given up first (an eager protocol).
+        for p in std::mem::take(&mut holding) {
+            event(&member_id, p, world.lock().unwrap().history.next_seq(), OwnershipEvent::Released);
+        }
+        if std::mem::take(&mut forget) {
+            member_id.clear();
+        }
         if group.lock().unwrap().caught_up.len() == m.partitions as usize {
             group.lock().unwrap().members_done.insert(name.clone());
-            return;
+            return Ended::Done;
         }
         let boot = coordinator.boots();
-        let joined = client.join_group(g, &member_id, m.session_timeout_ms, REBALANCE_TIMEOUT_MS).await;
+        let sent = world.lock().unwrap().history.next_seq();
+        let joined = client.join_group(g, &member_id, m.session_timeout_ms, REBALANCE_TIMEOUT_MS, embedded).await;
         world.lock().unwrap().history.record(&name, "join", &outcome_name(&joined), serde_json::json!({}));
         let joined = match joined {
             Outcome::Ok(joined) => joined,
@@ -87,9 +138,13 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
             Outcome::Indefinite => continue 'join,
         };
         let me = joined.member;
+        // It holds nothing as it joins, and a consumer group takes a member id it no longer
+        // knows as a new member's: a new incarnation, whatever its id.
+        event(&me.member_id, -1, sent, OwnershipEvent::Joined);
         member_id = me.member_id.clone();
         let assignments = if joined.members.is_empty() { Vec::new() } else { assign(&joined.members, m.partitions) };
-        let synced = client.sync_group(g, &me, &assignments, REBALANCE_TIMEOUT_MS).await;
+        let sync_sent = world.lock().unwrap().history.next_seq();
+        let synced = client.sync_group(g, &me, &assignments, REBALANCE_TIMEOUT_MS, embedded).await;
         let detail = serde_json::json!({"member_id": me.member_id, "generation": me.generation, "assigned": format!("{synced:?}")});
         let synced_seq = world.lock().unwrap().history.record(&name, "sync", &outcome_name(&synced), detail);
         let partitions = match synced {
@@ -100,6 +155,11 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
             }
             Outcome::Indefinite => continue 'join,
         };
+        event(&member_id, -1, sync_sent, OwnershipEvent::Taken);
+        for &p in &partitions {
+            event(&member_id, p, synced_seq, OwnershipEvent::Given);
+        }
+        holding = partitions.clone();
         // Only a generation formed and handed out by one incarnation can be checked.
         if coordinator.boots() == boot {
             group.lock().unwrap().assignments.push(Assignment {
@@ -131,11 +191,18 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
         }
         let mut last_heartbeat = tokio::time::Instant::now();
         loop {
-            if group.lock().unwrap().caught_up.len() == m.partitions as usize {
+            let done = group.lock().unwrap().caught_up.len() == m.partitions as usize;
+            if done || switch_after.is_some_and(|n| acked_commits >= n) {
+                for p in std::mem::take(&mut holding) {
+                    event(&member_id, p, world.lock().unwrap().history.next_seq(), OwnershipEvent::Released);
+                }
                 let left = client.leave_group(g, &me).await;
                 world.lock().unwrap().history.record(&name, "leave", &outcome_name(&left), serde_json::json!({}));
+                if !done {
+                    return Ended::Switch;
+                }
                 group.lock().unwrap().members_done.insert(name.clone());
-                return;
+                return Ended::Done;
             }
             let mut idle = true;
             for (p, position, committed) in positions.iter_mut() {
@@ -173,13 +240,13 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
                             w.violations.push(format!(
                                 "corrupt-read: partition {p}: the batch at offset {position} failed its CRC"
                             ));
-                            return;
+                            return Ended::Done;
                         }
                         Outcome::Failed(OFFSET_OUT_OF_RANGE) => {
                             w.violations.push(format!(
                                 "lost-write: partition {p}: position {position} is past the end of the log"
                             ));
-                            return;
+                            return Ended::Done;
                         }
                         Outcome::Failed(_) => None,
                         Outcome::Indefinite => continue 'join,
@@ -200,6 +267,10 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
                 }
                 let (boot, sent_seq) = (coordinator.boots(), world.lock().unwrap().history.next_seq());
                 let outcome = client.commit_as(g, &me, &m.topic, *p, *position).await;
+                if matches!(outcome, Outcome::Ok(())) {
+                    acked_commits += 1;
+                    event(&member_id, -1, sent_seq, OwnershipEvent::Taken);
+                }
                 if matches!(outcome, Outcome::Ok(())) && coordinator.boots() == boot {
                     let commit = GroupCommit {
                         boot,
@@ -221,7 +292,7 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
                     }
                     Outcome::Failed(code) if REJOIN.contains(&code) => {
                         if code == UNKNOWN_MEMBER_ID {
-                            member_id.clear();
+                            forget = true;
                         }
                         continue 'join;
                     }
@@ -231,11 +302,12 @@ pub async fn member(name: String, m: Membership, world: Shared, group: Group, co
             }
             if last_heartbeat.elapsed() >= Duration::from_millis(m.session_timeout_ms as u64 / 4) {
                 last_heartbeat = tokio::time::Instant::now();
+                let sent = world.lock().unwrap().history.next_seq();
                 match client.heartbeat(g, &me).await {
-                    Outcome::Ok(()) => {}
+                    Outcome::Ok(()) => event(&member_id, -1, sent, OwnershipEvent::Taken),
                     Outcome::Failed(code) => {
                         if code == UNKNOWN_MEMBER_ID {
-                            member_id.clear();
+                            forget = true;
                         }
                         continue 'join;
                     }
