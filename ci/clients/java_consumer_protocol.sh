@@ -5,7 +5,3 @@ set -euo pipefail
 cp=$(bash "$(dirname "$0")/java/build.sh")
 java -cp "$cp" kaas.ConsumerProtocol "$1" uniform
 java -cp "$cp" kaas.ConsumerProtocol "$1" range
-# A live group's online migration from the classic protocol to the consumer protocol and back,
-# with classic members of each kind of assignor: ci/clients/java/src/main/java/kaas/GroupMigration.java.
-java -cp "$cp" kaas.GroupMigration "$1" range
-java -cp "$cp" kaas.GroupMigration "$1" cooperative-sticky
