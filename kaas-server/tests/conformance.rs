@@ -918,6 +918,36 @@ fn group_migration(c: &mut Session) -> Vec<String> {
     out
 }
 
+/// DescribeGroups v6 (KIP-1043): a group that does not exist is an error, not a Dead group.
+fn describe_groups_v6(c: &mut Session) -> Vec<String> {
+    c.await_coordinator("conf-no-such-group-6", 0);
+    let describe = DescribeGroupsRequest::default().with_groups(vec![GroupId(s("conf-no-such-group-6"))]);
+    vec![c.call::<_, DescribeGroupsResponse>(ApiKey::DescribeGroups, 6, &describe).0]
+}
+
+/// ListTransactions v2 (KIP-1152): the transactional id pattern, matched as a whole, and one
+/// that is not a regular expression.
+fn list_transactions_v2(c: &mut Session) -> Vec<String> {
+    for id in ["conf-lt-a", "conf-lt-b", "other-lt"] {
+        c.await_coordinator(id, 1);
+        c.init_producer_id(Some(id));
+    }
+    ["conf-lt-.*", "lt", ".*-lt", "conf-lt-[", ""]
+        .into_iter()
+        .map(|pattern| {
+            let list = ListTransactionsRequest::default().with_transactional_id_pattern(Some(s(pattern)));
+            let (_, mut response) = c.call::<_, ListTransactionsResponse>(ApiKey::ListTransactions, 2, &list);
+            if pattern.is_empty() {
+                // Every transaction there is, including other cases': only ours are compared.
+                response.transaction_states.retain(|t| t.transactional_id.0.contains("lt"));
+            }
+            // In no particular order (Apache's is its map's).
+            response.transaction_states.sort_by(|a, b| a.transactional_id.0.cmp(&b.transactional_id.0));
+            format!("ListTransactions v2 {pattern:?}: {}", masked(&format!("{response:?}")))
+        })
+        .collect()
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -933,6 +963,8 @@ const CASES: &[(&str, Case)] = &[
     ("consumer-protocol", consumer_protocol),
     ("consumer-protocol-unknown-group", consumer_protocol_unknown_group),
     ("group-migration", group_migration),
+    ("describe-groups-v6", describe_groups_v6),
+    ("list-transactions-v2", list_transactions_v2),
 ];
 
 #[test]

@@ -1,5 +1,5 @@
 //! The classic group protocol: JoinGroup (v0-v9), SyncGroup (v0-v5), Heartbeat (v0-v4),
-//! LeaveGroup (v0-v5), DescribeGroups (v0-v5), ListGroups (v0-v5), DeleteGroups (v0-v2),
+//! LeaveGroup (v0-v5), DescribeGroups (v0-v6), ListGroups (v0-v5), DeleteGroups (v0-v2),
 //! OffsetDelete (v0).
 //! JoinGroup and SyncGroup park in the group coordinator until the rebalance moves on, so they
 //! answer later and do not hold up the connection's other requests.
@@ -179,9 +179,10 @@ pub async fn leave<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: Le
 
 pub async fn describe<E: Env>(
     ctx: &Context<E>,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     request: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
+    let version = header.request_api_version;
     let ids = request.groups.iter().map(|g| g.0.to_string()).collect();
     let groups = match ctx.broker.groups.describe(ids).await {
         Ok(descriptions) => descriptions
@@ -200,12 +201,19 @@ pub async fn describe<E: Env>(
                             .with_member_assignment(m.assignment)
                     })
                     .collect();
-                DescribedGroup::default()
+                let described = DescribedGroup::default()
                     .with_group_id(GroupId(text(&d.group_id)))
                     .with_group_state(text(d.state.map(|s| s.name()).unwrap_or("Dead")))
                     .with_protocol_type(text(&d.protocol_type))
                     .with_protocol_data(text(&d.protocol_name))
-                    .with_members(members)
+                    .with_members(members);
+                match d.state {
+                    // v6 (KIP-1043) says that a group that is not a classic group is not found.
+                    None if version >= 6 => described
+                        .with_error_code(ResponseError::GroupIdNotFound.code())
+                        .with_error_message(Some(text(&format!("Group {} not found.", d.group_id)))),
+                    _ => described,
+                }
             })
             .collect(),
         Err(e) => request

@@ -346,6 +346,18 @@ pub async fn list_transactions<E: Env>(
 ) -> ListTransactionsResponse {
     let filters: Vec<String> = request.state_filters.iter().map(|s| s.to_string()).collect();
     let unknown: Vec<_> = filters.iter().filter(|f| !STATE_NAMES.contains(&f.as_str())).map(|f| text(f)).collect();
+    // v2: only the transactional ids the whole of which the pattern matches (empty: any).
+    let pattern = match request.transactional_id_pattern.as_deref().filter(|p| !p.is_empty()) {
+        None => None,
+        Some(p) => match regex::Regex::new(&format!("^(?:{p})$")) {
+            Ok(re) => Some(re),
+            Err(_) => {
+                return ListTransactionsResponse::default()
+                    .with_error_code(ResponseError::InvalidRegularExpression.code())
+                    .with_unknown_state_filters(unknown);
+            }
+        },
+    };
     let entries = match ctx.broker.txn.list().await {
         Ok(entries) => entries,
         Err(e) => return ListTransactionsResponse::default().with_error_code(error::code(&e)),
@@ -357,6 +369,7 @@ pub async fn list_transactions<E: Env>(
         .filter(|e| {
             request.producer_id_filters.is_empty() || request.producer_id_filters.contains(&ProducerId(e.producer_id))
         })
+        .filter(|e| pattern.as_ref().is_none_or(|re| re.is_match(&e.transactional_id)))
         .filter(|e| {
             // v1: only transactions running longer than the duration (-1: any).
             request.duration_filter < 0
