@@ -769,6 +769,16 @@ fn consumer_protocol(c: &mut Session) -> Vec<String> {
     };
     out.push(c.call::<_, OffsetCommitResponse>(ApiKey::OffsetCommit, 9, &commit(epoch - 1)).0);
     out.push(c.call::<_, OffsetCommitResponse>(ApiKey::OffsetCommit, 9, &commit(epoch)).0);
+    // OffsetDelete of a topic the live group subscribes to.
+    {
+        use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
+        let delete = OffsetDeleteRequest::default().with_group_id(GroupId(s("conf-cg-g"))).with_topics(vec![
+            OffsetDeleteRequestTopic::default()
+                .with_name(name("conf-cg"))
+                .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+        ]);
+        out.push(c.call::<_, OffsetDeleteResponse>(ApiKey::OffsetDelete, 0, &delete).0);
+    }
     let describe = |group: &str| ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(group))]);
     out.push(c.call::<_, ConsumerGroupDescribeResponse>(ApiKey::ConsumerGroupDescribe, 0, &describe("conf-cg-g")).0);
     c.await_coordinator("conf-cg-none", 0);

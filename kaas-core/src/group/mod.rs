@@ -1078,13 +1078,17 @@ impl<E: Env> GroupCoordinator<E> {
         group_id: &str,
         partitions: Vec<TopicPartition>,
     ) -> CoreResult<PartitionResults> {
-        let group = self.groups.get(group_id).ok_or(CoreError::GroupIdNotFound)?;
-        let subscribed = if group.is_empty() {
-            Some(BTreeSet::new())
-        } else if group.protocol_type.as_deref() == Some("consumer") {
-            group.subscribed_topics()
-        } else {
-            return Err(CoreError::NonEmptyGroup);
+        let subscribed = match (self.consumer_groups.get(group_id), self.groups.get(group_id)) {
+            // A consumer group's members say what they subscribe to (classic ones too).
+            (Some(consumer), _) if !consumer.is_empty() => {
+                Some(consumer.members.values().flat_map(|m| m.subscribed_topic_names.iter().cloned()).collect())
+            }
+            (_, Some(group)) if !group.is_empty() => match group.protocol_type.as_deref() {
+                Some("consumer") => group.subscribed_topics(),
+                _ => return Err(CoreError::NonEmptyGroup),
+            },
+            (None, None) => return Err(CoreError::GroupIdNotFound),
+            _ => Some(BTreeSet::new()),
         };
         let refused = |(topic, _): &TopicPartition| subscribed.as_ref().is_none_or(|s| s.contains(topic));
         let deleted: Vec<TopicPartition> = partitions.iter().filter(|tp| !refused(tp)).cloned().collect();
