@@ -140,27 +140,10 @@ impl World for Groups {
                         tokio::time::sleep(Duration::from_millis(500 + 100 * i as u64)).await;
                     }
                     loop {
+                        let (name, run, world, group) = (member_name(i), m.clone(), world.clone(), group.clone());
                         let ended = match consumer {
-                            true => {
-                                consumer_member::member(
-                                    member_name(i),
-                                    m.clone(),
-                                    world.clone(),
-                                    group.clone(),
-                                    coordinator.clone(),
-                                )
-                                .await
-                            }
-                            false => {
-                                member::member(
-                                    member_name(i),
-                                    m.clone(),
-                                    world.clone(),
-                                    group.clone(),
-                                    coordinator.clone(),
-                                )
-                                .await
-                            }
+                            true => consumer_member::member(name, run, world, group, coordinator.clone()).await,
+                            false => member::member(name, run, world, group, coordinator.clone()).await,
                         };
                         if ended == Ended::Done {
                             return Ok(());
