@@ -854,9 +854,9 @@ impl<E: Env> GroupCoordinator<E> {
             None => self.consumer_groups.remove(group_id).unwrap_or_else(|| ConsumerGroup::new(group_id.to_string())),
         };
         let mut group = group;
-        let unique = [self.env.rng().next_u64(), self.env.rng().next_u64()];
-        let member_id = || crate::hex::encode(&[unique[0].to_be_bytes(), unique[1].to_be_bytes()].concat());
-        let answer = group.heartbeat(heartbeat, &topic, self.consumer_settings(), now, member_id);
+        // Drawn whether or not the member needs it, so that the draws do not depend on it.
+        let fresh_id = self.new_member_id();
+        let answer = group.heartbeat(heartbeat, &topic, self.consumer_settings(), now, || fresh_id);
         if upgraded {
             // The upgrade rode on the join: refused, the classic group stays as it was.
             let answer = answer?;
