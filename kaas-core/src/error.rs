@@ -24,6 +24,10 @@ pub enum CoreError {
     InvalidReplicationFactor(String),
     InvalidConfig(String),
     TopicDeletionDisabled,
+    /// 39: a reassignment's replica list names no broker, an unknown one, or one twice.
+    InvalidReplicaAssignment(String),
+    /// 85: a cancel of a partition that no reassignment is moving.
+    NoReassignmentInProgress,
     // The log.
     OffsetOutOfRange,
     CorruptMessage,

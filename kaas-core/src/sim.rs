@@ -93,10 +93,13 @@ pub enum Mutant {
     /// The online upgrade of a classic group takes its members as owning nothing, so the
     /// consumer-protocol member that joins is given partitions they still hold.
     UpgradeForgetsOwned,
+    /// Ownership ignores the replica lists that AlterPartitionReassignments set: every
+    /// partition stays where the rendezvous hash puts it.
+    ReassignmentIgnored,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 30] = [
+    pub const ALL: [Mutant; 31] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -127,6 +130,7 @@ impl Mutant {
         Mutant::EndTxnWithoutEpochBump,
         Mutant::ConsumerAssignsUnreleased,
         Mutant::UpgradeForgetsOwned,
+        Mutant::ReassignmentIgnored,
     ];
 
     pub fn name(self) -> &'static str {
@@ -161,6 +165,7 @@ impl Mutant {
             Mutant::EndTxnWithoutEpochBump => "end-txn-without-epoch-bump",
             Mutant::ConsumerAssignsUnreleased => "consumer-assigns-unreleased",
             Mutant::UpgradeForgetsOwned => "upgrade-forgets-owned",
+            Mutant::ReassignmentIgnored => "reassignment-ignored",
         }
     }
 

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::cluster::reassignment::{self, Assignment, Change, Ongoing};
 use crate::cluster::{Claims, ClusterView, Kind, MembershipHandle};
 use crate::config::{BrokerConfig, validate_topic_config};
 use crate::env::{Clock, Env, Rng, Spawner, Volume, join};
@@ -49,11 +50,27 @@ pub struct TopicMeta {
     pub partitions: i32,
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
+    /// Replica lists set by AlterPartitionReassignments, by partition (`cluster::reassignment`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub assignments: BTreeMap<i32, Assignment>,
 }
 
 pub struct TopicState {
     pub meta: TopicMeta,
     pub partitions: Vec<PartitionHandle>,
+}
+
+impl TopicState {
+    /// The replicas a reassignment set for partition `p`, in order; empty where none did.
+    pub fn preferred(&self, p: i32) -> &[i32] {
+        self.meta.assignments.get(&p).map_or(&[], |a| a.replicas.as_slice())
+    }
+
+    /// The broker that should own partition `p` by `view`: the first live broker of its
+    /// reassignment's list, else by rendezvous hash.
+    pub fn owner(&self, p: i32, view: &ClusterView) -> Option<i32> {
+        view.owner_preferring(&partition_dir(&self.meta.name, p), self.preferred(p))
+    }
 }
 
 /// What connections route by. Replaced whole on every change.
@@ -76,6 +93,15 @@ impl MetadataSnapshot {
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionHandle> {
         let t = self.topics.get(topic)?;
         t.partitions.get(usize::try_from(partition).ok()?)
+    }
+
+    /// The broker that should own a partition of a known topic by `view` (`TopicState::owner`);
+    /// by rendezvous hash for a topic this broker has not read yet.
+    pub fn owner(&self, topic: &str, partition: i32, view: &ClusterView) -> Option<i32> {
+        match self.topics.get(topic) {
+            Some(t) => t.owner(partition, view),
+            None => view.owner_of(&partition_dir(topic, partition)),
+        }
     }
 }
 
@@ -116,6 +142,13 @@ enum Command {
         validate_only: bool,
         reply: oneshot::Sender<CoreResult<()>>,
     },
+    Reassign {
+        name: String,
+        changes: Vec<(i32, Change)>,
+        allow_replication_factor_change: bool,
+        reply: oneshot::Sender<CoreResult<Vec<CoreResult<()>>>>,
+    },
+    ListReassignments(Option<Vec<(String, Vec<i32>)>>, oneshot::Sender<Vec<(String, Vec<Ongoing>)>>),
     Shutdown(oneshot::Sender<()>),
     /// Producer epochs to refuse below, for every partition of this broker, those it starts
     /// later included.
@@ -173,6 +206,24 @@ impl TopicsHandle {
         self.ask(|reply| Command::AlterBrokerConfigs { ops, validate_only, reply })
             .await
             .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    /// Sets or cancels the reassignments of partitions of topic `name`: one result per change,
+    /// in order; an error of the whole (unknown topic, the volume) applies to every one.
+    pub async fn reassign(
+        &self,
+        name: String,
+        changes: Vec<(i32, Change)>,
+        allow_replication_factor_change: bool,
+    ) -> CoreResult<Vec<CoreResult<()>>> {
+        self.ask(|reply| Command::Reassign { name, changes, allow_replication_factor_change, reply })
+            .await
+            .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    /// The reassignments in progress, of every topic or of the partitions named, by topic.
+    pub async fn reassignments(&self, wanted: Option<Vec<(String, Vec<i32>)>>) -> Vec<(String, Vec<Ongoing>)> {
+        self.ask(|reply| Command::ListReassignments(wanted, reply)).await.unwrap_or_default()
     }
 
     /// Creates the topic with broker defaults if it does not exist (auto.create.topics.enable).
@@ -500,7 +551,7 @@ impl<E: Env> TopicManager<E> {
             for (p, handle) in state.partitions.iter().enumerate() {
                 let key = (state.meta.name.clone(), p as i32);
                 let dir = partition_dir(&key.0, key.1);
-                let want = view.should_own(&dir, now);
+                let want = view.should_own_preferring(&dir, state.preferred(key.1), now);
                 match self.owned.get(&key).copied() {
                     Some((epoch, session)) if !want || session != view.session => {
                         handle.disown().await;
@@ -649,6 +700,12 @@ impl<E: Env> TopicManager<E> {
                 Some(Command::AlterBrokerConfigs { ops, validate_only, reply }) => {
                     let _ = reply.send(self.alter_broker_configs(ops, validate_only).await);
                 }
+                Some(Command::Reassign { name, changes, allow_replication_factor_change, reply }) => {
+                    let _ = reply.send(self.reassign(&name, changes, allow_replication_factor_change).await);
+                }
+                Some(Command::ListReassignments(wanted, reply)) => {
+                    let _ = reply.send(self.reassignments(wanted).await);
+                }
             }
         }
     }
@@ -688,6 +745,7 @@ impl<E: Env> TopicManager<E> {
             partitions,
             replication_factor,
             configs: request.configs,
+            assignments: BTreeMap::new(),
         };
         if request.validate_only {
             return Ok(meta);
@@ -759,6 +817,7 @@ impl<E: Env> TopicManager<E> {
     }
 
     async fn create_partitions(&mut self, name: &str, count: i32, validate_only: bool) -> CoreResult<()> {
+        self.read_before_change(name).await;
         let Some(state) = self.topics.get(name) else {
             return Err(CoreError::UnknownTopicOrPartition);
         };
@@ -786,7 +845,100 @@ impl<E: Env> TopicManager<E> {
         Ok(())
     }
 
+    /// Applies reassignment changes to the topic's file as the volume has it now, so that a
+    /// peer's change made since this broker last read it is kept, and takes the result on.
+    async fn reassign(
+        &mut self,
+        name: &str,
+        changes: Vec<(i32, Change)>,
+        allow_replication_factor_change: bool,
+    ) -> CoreResult<Vec<CoreResult<()>>> {
+        let Some(mut meta) = self.read_meta(name).await? else { return Err(CoreError::UnknownTopicOrPartition) };
+        let view = self.membership.view();
+        let mut results = Vec::with_capacity(changes.len());
+        let mut changed = false;
+        for (p, change) in changes {
+            if !(0..meta.partitions).contains(&p) {
+                results.push(Err(CoreError::UnknownTopicOrPartition));
+                continue;
+            }
+            let key = partition_dir(name, p);
+            let holder = self.claims.holder(Kind::Partition, &key).await.map_err(storage)?;
+            let assignment = meta.assignments.get(&p);
+            let preferred = assignment.map_or(&[][..], |a| a.replicas.as_slice());
+            let owner = view.owner_preferring(&key, preferred);
+            let partition = reassignment::Partition { assignment, holder, owner };
+            match reassignment::apply(partition, change, allow_replication_factor_change, &view) {
+                Ok(next) => {
+                    if next.as_ref() != assignment {
+                        changed = true;
+                        match next {
+                            Some(a) => meta.assignments.insert(p, a),
+                            None => meta.assignments.remove(&p),
+                        };
+                    }
+                    results.push(Ok(()));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if changed {
+            self.persist(&meta).await?;
+            tracing::info!(topic = name, assignments = ?meta.assignments, "reassigned");
+            if self.rescan_topic(name.to_string()).await {
+                self.publish();
+                self.reconcile().await;
+            }
+        }
+        Ok(results)
+    }
+
+    /// The reassignments in progress among `wanted` (every topic's if `None`), by topic.
+    async fn reassignments(&mut self, wanted: Option<Vec<(String, Vec<i32>)>>) -> Vec<(String, Vec<Ongoing>)> {
+        self.catch_up().await;
+        let view = self.membership.view();
+        let wanted: Vec<(Arc<TopicState>, Option<Vec<i32>>)> = match wanted {
+            None => self.topics.values().map(|t| (t.clone(), None)).collect(),
+            Some(list) => {
+                list.into_iter().filter_map(|(n, ps)| Some((self.topics.get(&n)?.clone(), Some(ps)))).collect()
+            }
+        };
+        let mut found = Vec::new();
+        for (state, partitions) in wanted {
+            let partitions = partitions.unwrap_or_else(|| state.meta.assignments.keys().copied().collect());
+            let mut ongoing = Vec::new();
+            for p in partitions {
+                let Some(assignment) = state.meta.assignments.get(&p) else { continue };
+                let key = partition_dir(&state.meta.name, p);
+                let holder = match self.claims.holder(Kind::Partition, &key).await {
+                    Ok(holder) => holder,
+                    Err(e) => {
+                        tracing::warn!(partition = %key, error = %e, "cannot read a partition's claim");
+                        None
+                    }
+                };
+                let owner = state.owner(p, &view);
+                let partition = reassignment::Partition { assignment: Some(assignment), holder, owner };
+                ongoing.extend(reassignment::ongoing(p, partition));
+            }
+            if !ongoing.is_empty() {
+                found.push((state.meta.name.clone(), ongoing));
+            }
+        }
+        found
+    }
+
+    /// Reads a topic's file again before this broker changes it: a change a peer made since the
+    /// last rescan (a reassignment, configs) is built on, not written over with what this broker
+    /// saw a heartbeat ago. Two brokers changing one topic at the same moment can still race.
+    async fn read_before_change(&mut self, name: &str) {
+        if self.rescan_topic(name.to_string()).await {
+            self.publish();
+        }
+    }
+
     async fn alter_configs(&mut self, name: &str, ops: Vec<ConfigOp>, validate_only: bool) -> CoreResult<()> {
+        self.read_before_change(name).await;
         let Some(state) = self.topics.get(name) else {
             return Err(CoreError::UnknownTopicOrPartition);
         };

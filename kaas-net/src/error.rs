@@ -17,6 +17,8 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::InvalidReplicationFactor(_) => K::InvalidReplicationFactor,
         CoreError::InvalidConfig(_) => K::InvalidConfig,
         CoreError::TopicDeletionDisabled => K::TopicDeletionDisabled,
+        CoreError::InvalidReplicaAssignment(_) => K::InvalidReplicaAssignment,
+        CoreError::NoReassignmentInProgress => K::NoReassignmentInProgress,
         CoreError::OffsetOutOfRange => K::OffsetOutOfRange,
         CoreError::CorruptMessage => K::CorruptMessage,
         CoreError::UnsupportedForMessageFormat => K::UnsupportedForMessageFormat,
@@ -63,8 +65,11 @@ pub fn message(e: &CoreError) -> Option<String> {
         | CoreError::InvalidPartitions(m)
         | CoreError::InvalidReplicationFactor(m)
         | CoreError::InvalidConfig(m)
+        | CoreError::InvalidReplicaAssignment(m)
         | CoreError::InvalidRequest(m)
         | CoreError::Storage(m) => Some(m.clone()),
+        // Apache's NoReassignmentInProgressException carries the code's own message.
+        CoreError::NoReassignmentInProgress => Some("No partition reassignment is in progress.".into()),
         _ => None,
     }
 }

@@ -958,6 +958,45 @@ fn list_transactions_v2(c: &mut Session) -> Vec<String> {
         .collect()
 }
 
+/// AlterPartitionReassignments' checks of a target, a move to where a partition is, a cancel
+/// of none, unknown topics and partitions; ListPartitionReassignments then lists none. Broker
+/// 0 is the one broker of both (node.id=0 and kaas's default id); 7 is no broker.
+fn partition_reassignments(c: &mut Session) -> Vec<String> {
+    use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
+    use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
+    c.create_topic("conf-reassign", 2);
+    let targets: [(&str, i32, Option<Vec<i32>>); 8] = [
+        ("conf-reassign", 0, Some(vec![0])),
+        ("conf-reassign", 1, Some(vec![])),
+        ("conf-reassign", 1, Some(vec![0, 0])),
+        ("conf-reassign", 1, Some(vec![7, 0])),
+        ("conf-reassign", 0, None),
+        ("conf-reassign", 5, Some(vec![0])),
+        ("conf-reassign-none", 0, Some(vec![0])),
+        ("conf-reassign-none", 0, None),
+    ];
+    let mut out = Vec::new();
+    for (version, (topic, partition, replicas)) in targets.into_iter().enumerate().map(|(i, t)| (i as i16 % 2, t)) {
+        let replicas = replicas.map(|r| r.into_iter().map(BrokerId).collect());
+        let alter = AlterPartitionReassignmentsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_allow_replication_factor_change(version == 0)
+            .with_topics(vec![ReassignableTopic::default().with_name(name(topic)).with_partitions(vec![
+                ReassignablePartition::default().with_partition_index(partition).with_replicas(replicas),
+            ])]);
+        out.push(
+            c.call::<_, AlterPartitionReassignmentsResponse>(ApiKey::AlterPartitionReassignments, version, &alter).0,
+        );
+    }
+    let all = ListPartitionReassignmentsRequest::default().with_timeout_ms(30_000);
+    out.push(c.call::<_, ListPartitionReassignmentsResponse>(ApiKey::ListPartitionReassignments, 0, &all).0);
+    let named = all.with_topics(Some(vec![
+        ListPartitionReassignmentsTopics::default().with_name(name("conf-reassign")).with_partition_indexes(vec![0, 1]),
+    ]));
+    out.push(c.call::<_, ListPartitionReassignmentsResponse>(ApiKey::ListPartitionReassignments, 0, &named).0);
+    out
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -975,6 +1014,7 @@ const CASES: &[(&str, Case)] = &[
     ("group-migration", group_migration),
     ("describe-groups-v6", describe_groups_v6),
     ("list-transactions-v2", list_transactions_v2),
+    ("partition-reassignments", partition_reassignments),
 ];
 
 #[test]

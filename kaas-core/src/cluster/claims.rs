@@ -155,6 +155,14 @@ impl<V: Volume> Claims<V> {
         Ok(current)
     }
 
+    /// The broker holding the newest epoch of `key` unreleased; `None` when no one does (never
+    /// claimed, or given up and not yet claimed again).
+    pub async fn holder(&mut self, kind: Kind, key: &str) -> io::Result<Option<i32>> {
+        let Some(claim) = self.current(kind, key).await? else { return Ok(None) };
+        let release = join(&Self::key_dir(kind, key), &released_name(claim.epoch));
+        Ok(self.volume.read(&release).await?.is_none().then_some(claim.broker_id))
+    }
+
     /// Claims the next epoch of `key` for this broker if its holder released it or is gone.
     /// `Ok(None)`: someone else holds it, or won the race.
     pub async fn try_claim(

@@ -98,6 +98,30 @@ impl ClusterView {
         view
     }
 
+    /// The standalone view with a lease read for each of `peers` (registered, not live): for
+    /// tests of rules that ask which brokers the cluster knows.
+    #[cfg(test)]
+    pub(crate) fn standalone_knowing(me: i32, peers: &[i32], now: Instant) -> Self {
+        let mut view = ClusterView::standalone(me, now);
+        let mut observed = BTreeMap::new();
+        for &broker_id in peers {
+            let lease = LeaseFile {
+                format_version: lease::FORMAT_VERSION,
+                broker_id,
+                host: String::new(),
+                port: 0,
+                incarnation: 1 << 32,
+                session: 0,
+                renewal: 1,
+                leaving: false,
+            };
+            let o = Observation { lease: Some(lease), changed_at: now, seen_change: false, read_at: now };
+            observed.insert(broker_id, o);
+        }
+        view.observed = Arc::new(observed);
+        view
+    }
+
     pub fn lease_valid(&self, now: Instant) -> bool {
         self.lease_valid_until.is_some_and(|until| now < until)
     }
@@ -120,15 +144,37 @@ impl ClusterView {
     /// over `owners()`: every broker computes the same answer from the same leases, and a
     /// broker leaving or joining moves only the keys it wins or held.
     pub fn owner_of(&self, key: &str) -> Option<i32> {
-        owner_among(&self.owners(), key)
+        self.owner_preferring(key, &[])
+    }
+
+    /// The broker that should own `key` when a reassignment put `preferred` first (a
+    /// partition's replica list, `topics::Assignment`): the first of them that may own
+    /// things, else the owner by rendezvous hash. A partition whose chosen brokers are all
+    /// down stays served: on a shared volume any broker can serve it.
+    pub fn owner_preferring(&self, key: &str, preferred: &[i32]) -> Option<i32> {
+        let owners = self.owners();
+        match preferred.iter().find(|b| owners.contains(b)) {
+            Some(&b) if !crate::mutant!(ReassignmentIgnored) => Some(b),
+            _ => owner_among(&owners, key),
+        }
     }
 
     /// The endpoint of the peer that should own `key`; `None` when that is this broker, or no
     /// broker is live (then this one answers, and refuses what it does not own).
     pub fn peer_owning(&self, key: &str) -> Option<super::Endpoint> {
-        let owner = self.owner_of(key).filter(|&o| o != self.me)?;
-        let peer = self.live.get(&owner)?;
+        self.endpoint_of(self.owner_of(key)?)
+    }
+
+    /// The endpoint of live peer `owner`; `None` for this broker or a broker not live.
+    pub fn endpoint_of(&self, owner: i32) -> Option<super::Endpoint> {
+        let peer = self.live.get(&owner).filter(|_| owner != self.me)?;
         Some(super::Endpoint { broker_id: owner, host: peer.host.clone(), port: peer.port })
+    }
+
+    /// Whether `broker_id` has a lease on the volume, live or not, or is this broker: a broker
+    /// the cluster knows of, as Apache's controller knows its registered brokers.
+    pub fn registered(&self, broker_id: i32) -> bool {
+        broker_id == self.me || self.observed.get(&broker_id).is_some_and(|o| o.lease.is_some())
     }
 
     /// Every peer with a lease on the volume that did not say it left, live or not yet known
@@ -145,7 +191,12 @@ impl ClusterView {
 
     /// Whether this broker should own `key` now, and may: its lease is valid.
     pub fn should_own(&self, key: &str, now: Instant) -> bool {
-        self.lease_valid(now) && self.owner_of(key) == Some(self.me)
+        self.should_own_preferring(key, &[], now)
+    }
+
+    /// `should_own`, for a key whose reassignment prefers `preferred` (`owner_preferring`).
+    pub fn should_own_preferring(&self, key: &str, preferred: &[i32], now: Instant) -> bool {
+        self.lease_valid(now) && self.owner_preferring(key, preferred) == Some(self.me)
     }
 
     /// Whether the process `incarnation` of broker `broker_id` has stopped for sure, so that

@@ -5,6 +5,8 @@
 //!   `ClusterView`: the live set, this broker's own lease validity, and ownership by rendezvous
 //!   hash. One broker alone is a cluster of one: it owns everything.
 //! - `claims`: ownership epochs, claimed by exclusive create once the old holder is gone.
+//! - `reassignment`: the rules of partition reassignments, which set a partition's preferred
+//!   owners.
 //! - `peers`: what this broker asks of its peers (markers, KIP-890 verification), for the wire
 //!   client in kaas-net to send.
 
@@ -12,6 +14,7 @@ pub mod claims;
 pub mod lease;
 pub mod membership;
 pub mod peers;
+pub mod reassignment;
 
 pub use claims::{Claimed, Claims, Kind};
 pub use membership::{ClusterView, MembershipHandle, Peer};

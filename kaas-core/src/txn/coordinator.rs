@@ -25,7 +25,7 @@ use super::marker_queue::{self, Queued};
 use super::state::{self, EndOutcome, InitOutcome, Member, TopicPartition, TxnEntry, TxnError, TxnState};
 use super::store::TxnStore;
 use crate::cluster::peers::{self, Endpoint, PeersHandle};
-use crate::cluster::{Claims, Kind, MembershipHandle, group_key, partition_key, txn_slot_key};
+use crate::cluster::{Claims, Kind, MembershipHandle, group_key, txn_slot_key};
 use crate::config::BrokerConfig;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
@@ -895,7 +895,7 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
             tracing::info!(transactional_id = %entry.transactional_id, topic, index, "no marker for a partition deleted since");
             continue;
         };
-        match view.peer_owning(&partition_key(topic, *index)) {
+        match snapshot.owner(topic, *index, &view).and_then(|owner| view.endpoint_of(owner)) {
             Some(peer) => remote.entry(peer).or_default().push(TxnMember::Partition((topic.clone(), *index))),
             None => local
                 .push(partition.queue_marker(entry.producer_id, entry.producer_epoch, marker, COORDINATOR_EPOCH).await),

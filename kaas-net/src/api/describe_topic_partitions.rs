@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
     BrokerId, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, RequestHeader,
 };
 
-use super::metadata::leader_of;
+use super::metadata::{Replicas, leader_of, replicas_of};
 use super::{TOPIC_AUTHORIZED_OPERATIONS, topic, uuid};
 use crate::connection::Context;
 
@@ -82,15 +82,19 @@ pub async fn handle<E: Env>(
         let partitions: Vec<_> = (start..end)
             .map(|p| {
                 let (leader, epoch) = leader_of(state, p, &view).unwrap_or((BrokerId(-1), -1));
-                let replicas = if leader.0 >= 0 { vec![leader] } else { Vec::new() };
+                let Replicas { replicas, isr, offline } = match leader.0 {
+                    -1 => Replicas { replicas: Vec::new(), isr: Vec::new(), offline: Vec::new() },
+                    _ => replicas_of(state, p, leader, &view),
+                };
                 let code = if leader.0 >= 0 { 0 } else { ResponseError::LeaderNotAvailable.code() };
                 DescribeTopicPartitionsResponsePartition::default()
                     .with_error_code(code)
                     .with_partition_index(p)
                     .with_leader_id(leader)
                     .with_leader_epoch(epoch)
-                    .with_replica_nodes(replicas.clone())
-                    .with_isr_nodes(replicas)
+                    .with_replica_nodes(replicas)
+                    .with_isr_nodes(isr)
+                    .with_offline_replicas(offline)
                     .with_eligible_leader_replicas(Some(Vec::new()))
                     .with_last_known_elr(Some(Vec::new()))
             })

@@ -1,11 +1,10 @@
-//! ElectLeaders (v0-v2) and ListPartitionReassignments (v0). A partition's leader is its
-//! owner, which the membership's view names: the owner is always the "preferred" replica, as
-//! there is no other, so an election is never needed (ELECTION_NOT_NEEDED, as Apache answers
+//! ElectLeaders (v0-v2). A partition's leader is its owner, which the membership's view names:
+//! the first live broker of its replica list where a reassignment set one. The owner is always
+//! the preferred replica that can lead, so an election is never needed (ELECTION_NOT_NEEDED, as Apache answers
 //! for a partition already led by its preferred replica). While ownership is moving there is
 //! no owner to elect: that partition answers PREFERRED_LEADER_NOT_AVAILABLE (preferred) or
 //! ELIGIBLE_LEADERS_NOT_AVAILABLE (unclean), and the move settles by itself. Asked for every
-//! partition, Apache answers only those that needed an election: none here. No reassignment
-//! is ever in progress.
+//! partition, Apache answers only those that needed an election: none here.
 
 use kaas_core::cluster::partition_key;
 use kaas_core::env::Env;
@@ -65,12 +64,4 @@ pub async fn elect<E: Env>(
         })
         .collect();
     ElectLeadersResponse::default().with_replica_election_results(results)
-}
-
-pub async fn list_reassignments<E: Env>(
-    _ctx: &Context<E>,
-    _header: &RequestHeader,
-    _request: ListPartitionReassignmentsRequest,
-) -> ListPartitionReassignmentsResponse {
-    ListPartitionReassignmentsResponse::default()
 }

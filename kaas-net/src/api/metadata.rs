@@ -1,10 +1,11 @@
 //! Metadata (v0-v13; v13's top-level error is never set). Every live broker is listed; each
-//! partition's leader is its owner by the membership's view (rendezvous hash over the live
-//! brokers), and its leader epoch the ownership epoch where this broker knows it (the
-//! partitions it owns), -1 elsewhere. The replica and ISR lists name the owner alone whatever
-//! replication factor was asked for: the shared volume is the replica.
+//! partition's leader is its owner by the membership's view (the first live broker of the
+//! replica list a reassignment set, else the rendezvous hash over the live brokers), and its
+//! leader epoch the ownership epoch where this broker knows it (the partitions it owns), -1
+//! elsewhere. The replica list is the reassignment's, else the owner alone whatever replication
+//! factor was asked for: the shared volume is the replica. The ISR is its live brokers.
 
-use kaas_core::cluster::{ClusterView, partition_key};
+use kaas_core::cluster::ClusterView;
 use kaas_core::env::Env;
 use kaas_core::topics::{MetadataSnapshot, TopicState};
 use kafka_protocol::ResponseError;
@@ -88,10 +89,33 @@ fn missing(name: Option<&str>, id: [u8; 16], code: i16) -> MetadataResponseTopic
 /// DescribeTopicPartitions report them: the owner by the view, with the ownership epoch where
 /// this broker is it, -1 elsewhere. None while the view names no owner.
 pub fn leader_of(state: &TopicState, p: i32, view: &ClusterView) -> Option<(BrokerId, i32)> {
-    let owner = view.owner_of(&partition_key(&state.meta.name, p))?;
+    let owner = state.owner(p, view)?;
     let watermarks = state.partitions.get(p as usize).map(|h| h.watermarks()).unwrap_or_default();
     let epoch = if owner == view.me && watermarks.online { watermarks.leader_epoch } else { -1 };
     Some((BrokerId(owner), epoch))
+}
+
+/// A partition's replicas, in-sync replicas and offline replicas, as Metadata and
+/// DescribeTopicPartitions report them: a reassignment's list (with the leader added should
+/// every broker of it be down, as the leader then serves outside it), else the leader alone.
+/// Every live broker of the list is in sync: each reads the one copy on the volume.
+pub struct Replicas {
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
+    pub offline: Vec<BrokerId>,
+}
+
+pub fn replicas_of(state: &TopicState, p: i32, leader: BrokerId, view: &ClusterView) -> Replicas {
+    let mut replicas: Vec<i32> = state.preferred(p).to_vec();
+    if !replicas.contains(&leader.0) {
+        replicas.push(leader.0);
+    }
+    let live = |b: &i32| *b == leader.0 || view.live.contains_key(b);
+    Replicas {
+        isr: replicas.iter().copied().filter(live).map(BrokerId).collect(),
+        offline: replicas.iter().copied().filter(|b| !live(b)).map(BrokerId).collect(),
+        replicas: replicas.into_iter().map(BrokerId).collect(),
+    }
 }
 
 fn describe_topic(state: &TopicState, view: &ClusterView, authorized_operations: i32) -> MetadataResponseTopic {
@@ -104,11 +128,13 @@ fn describe_topic(state: &TopicState, view: &ClusterView, authorized_operations:
                     .with_leader_id(BrokerId(-1))
                     .with_leader_epoch(-1);
             };
+            let Replicas { replicas, isr, offline } = replicas_of(state, p, leader, view);
             response
                 .with_leader_id(leader)
                 .with_leader_epoch(epoch)
-                .with_replica_nodes(vec![leader])
-                .with_isr_nodes(vec![leader])
+                .with_replica_nodes(replicas)
+                .with_isr_nodes(isr)
+                .with_offline_replicas(offline)
         })
         .collect();
     MetadataResponseTopic::default()

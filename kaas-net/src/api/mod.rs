@@ -23,6 +23,7 @@ mod offset_for_leader_epoch;
 mod offsets;
 mod produce;
 mod producers;
+mod reassignments;
 pub mod reference;
 mod transactions;
 
@@ -78,6 +79,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
@@ -146,7 +148,8 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::DescribeLogDirs => now!(log_dirs::describe),
         ApiKey::AlterReplicaLogDirs => now!(log_dirs::alter_replica),
         ApiKey::ElectLeaders => now!(elect_leaders::elect),
-        ApiKey::ListPartitionReassignments => now!(elect_leaders::list_reassignments),
+        ApiKey::AlterPartitionReassignments => now!(reassignments::alter),
+        ApiKey::ListPartitionReassignments => now!(reassignments::list),
         ApiKey::DescribeConfigs => now!(configs::describe),
         ApiKey::IncrementalAlterConfigs => now!(configs::incremental_alter),
         ApiKey::AlterConfigs => now!(configs::alter_legacy),

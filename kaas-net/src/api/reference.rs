@@ -116,8 +116,11 @@ const NOTES: &[(i16, &str)] = &[
     (36, "no authentication yet: PLAINTEXT only"),
     (42, "v3 not yet"),
     (43, "the owner is the only replica: ELECTION_NOT_NEEDED"),
-    (45, "not yet: on a shared volume a reassignment would move ownership"),
-    (46, "no reassignment is ever in progress"),
+    (
+        45,
+        "moves ownership, not data: the owner is the first live broker of the new replica list, reached by the ordinary hand-over",
+    ),
+    (46, "in progress while no broker of the new list holds the partition"),
     (55, "not served: kaas has no metadata quorum (metadata is files on the shared volume, brokers hold leases)"),
     (60, "no broker is fenced: one whose lease ran out is gone"),
     (66, "v2: the transactional id pattern must match the whole id (RE2 syntax)"),
