@@ -4,7 +4,8 @@
 # kafka-consumer-perf-test, kafka-get-offsets, kafka-consumer-groups (describe, reset offsets,
 # delete offsets, delete), kafka-verifiable-producer and -consumer, kafka-transactions (list, describe,
 # describe-producers, find-hanging, abort) on a transaction its producer left open by dying,
-# and kafka-log-dirs, kafka-leader-election, kafka-reassign-partitions --list and kafka-acls.
+# and kafka-log-dirs, kafka-leader-election, kafka-reassign-partitions (--list, --execute,
+# --verify) and kafka-acls.
 set -euo pipefail
 bootstrap=$1
 cp=$(bash "$(dirname "$0")/java/build.sh")
@@ -107,7 +108,8 @@ tool TransactionsCommand --bootstrap-server "$bootstrap" abort --topic "$txn_top
 tool TransactionsCommand --bootstrap-server "$bootstrap" describe-producers --topic "$txn_topic" --partition 0
 expect "[[:space:]]None[[:space:]]+\$" "kafka-transactions abort ends the partition's open transaction"
 # The admin surface a shared volume answers in its own way: one log directory holding what
-# each broker owns, leaders that need no election, no reassignment in progress, no authorizer.
+# each broker owns, leaders that need no election, reassignments that move ownership, no
+# authorizer.
 tool LogDirsCommand --bootstrap-server "$bootstrap" --describe --topic-list "$topic"
 python3 -c '
 import json, sys
@@ -122,7 +124,36 @@ tool LeaderElectionCommand --bootstrap-server "$bootstrap" --election-type prefe
 expect "Valid replica already elected for partitions $topic-0" "kafka-leader-election: no election needed"
 tool reassign.ReassignPartitionsCommand --bootstrap-server "$bootstrap" --list
 expect "No partition reassignments found" "kafka-reassign-partitions --list"
+# A reassignment moves ownership: each partition to one broker, the next one along from its
+# leader now (a cluster of one stays where it is), then --verify until it reports every move
+# complete, and kafka-topics shows each partition led by its new broker alone.
+plan=$(mktemp); trap 'rm -f "$out" "$plan"' EXIT
+tool TopicCommand --bootstrap-server "$bootstrap" --describe --topic "$topic"
+python3 -c '
+import json, re, sys
+brokers = len(sys.argv[3].split(","))
+leaders = {int(p): int(l) for p, l in re.findall(r"Partition: (\d+)\s+Leader: (\d+)", open(sys.argv[1]).read())}
+moves = [{"topic": sys.argv[2], "partition": p, "replicas": [(l + 1) % brokers]} for p, l in sorted(leaders.items())]
+json.dump({"version": 1, "partitions": moves}, open(sys.argv[4], "w"))
+' "$out" "$topic" "$bootstrap" "$plan"
+tool reassign.ReassignPartitionsCommand --bootstrap-server "$bootstrap" --reassignment-json-file "$plan" --execute
+expect "Successfully started partition reassignments" "kafka-reassign-partitions --execute"
+for _ in $(seq 60); do
+  tool reassign.ReassignPartitionsCommand --bootstrap-server "$bootstrap" --reassignment-json-file "$plan" --verify
+  grep -q "still in progress" "$out" || break
+  sleep 0.5
+done
+expect "Reassignment of partition $topic-0 is completed" "kafka-reassign-partitions --verify"
+if grep -q "still in progress" "$out"; then cat "$out"; echo "FAILED: a reassignment never completed"; exit 1; fi
+tool TopicCommand --bootstrap-server "$bootstrap" --describe --topic "$topic"
+python3 -c '
+import json, re, sys
+want = {m["partition"]: m["replicas"][0] for m in json.load(open(sys.argv[2]))["partitions"]}
+text = open(sys.argv[1]).read()
+got = {int(p): (int(l), r, i) for p, l, r, i in re.findall(r"Partition: (\d+)\s+Leader: (\d+)\s+Replicas: (\S+)\s+Isr: (\S+)", text)}
+assert got == {p: (b, str(b), str(b)) for p, b in want.items()}, (got, want)
+' "$out" "$plan" || { cat "$out"; echo "FAILED: kafka-topics shows each partition led by the broker it was moved to"; exit 1; }
 # It exits 1 against Apache with no authorizer too, saying why.
 timeout 120 java -cp "$cp" org.apache.kafka.tools.AclCommand --bootstrap-server "$bootstrap" --list > "$out" 2>&1 || true
 expect "SecurityDisabledException: No Authorizer is configured on the broker" "kafka-acls --list without an authorizer"
-echo "kafka tools 4.x: topics, configs, perf tests, get-offsets, consumer-groups, verifiable producer/consumer, transactions, log-dirs, leader-election, reassign-partitions --list, acls"
+echo "kafka tools 4.x: topics, configs, perf tests, get-offsets, consumer-groups, verifiable producer/consumer, transactions, log-dirs, leader-election, reassign-partitions, acls"

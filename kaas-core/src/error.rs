@@ -36,6 +36,8 @@ pub enum CoreError {
     MessageTooLarge,
     /// Produce with acks other than -1, 0 or 1.
     InvalidRequiredAcks,
+    /// 7: an admin request's timeout ran out before it was carried out; nothing was changed.
+    RequestTimedOut,
     /// The volume failed; the effect of a write that got this is unknown.
     Storage(String),
     // Groups.

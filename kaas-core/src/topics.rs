@@ -17,6 +17,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::cluster::assignments::AssignmentStore;
 use crate::cluster::reassignment::{self, Assignment, Change, Ongoing};
 use crate::cluster::{Claims, ClusterView, Kind, MembershipHandle};
 use crate::config::{BrokerConfig, validate_topic_config};
@@ -37,6 +38,8 @@ const TOPIC_FORMAT_VERSION: u32 = 1;
 const QUEUE_CAPACITY: usize = 256;
 /// Kafka's limit on topic name length.
 const TOPIC_NAME_MAX_LEN: usize = 249;
+/// Times a reassignment is made again on top of a peer's that came first, before it gives up.
+const REASSIGN_TRIES: usize = 5;
 /// Partitions of one topic; a bound on memory and open files, far above real use.
 pub const PARTITIONS_MAX: i32 = 10_000;
 
@@ -50,20 +53,19 @@ pub struct TopicMeta {
     pub partitions: i32,
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
-    /// Replica lists set by AlterPartitionReassignments, by partition (`cluster::reassignment`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub assignments: BTreeMap<i32, Assignment>,
 }
 
 pub struct TopicState {
     pub meta: TopicMeta,
     pub partitions: Vec<PartitionHandle>,
+    /// Replica lists set by AlterPartitionReassignments, by partition (`cluster::assignments`).
+    pub assignments: BTreeMap<i32, Assignment>,
 }
 
 impl TopicState {
     /// The replicas a reassignment set for partition `p`, in order; empty where none did.
     pub fn preferred(&self, p: i32) -> &[i32] {
-        self.meta.assignments.get(&p).map_or(&[], |a| a.replicas.as_slice())
+        self.assignments.get(&p).map_or(&[], |a| a.replicas.as_slice())
     }
 
     /// The broker that should own partition `p` by `view`: the first live broker of its
@@ -146,6 +148,7 @@ enum Command {
         name: String,
         changes: Vec<(i32, Change)>,
         allow_replication_factor_change: bool,
+        deadline: tokio::time::Instant,
         reply: oneshot::Sender<CoreResult<Vec<CoreResult<()>>>>,
     },
     ListReassignments(Option<Vec<(String, Vec<i32>)>>, oneshot::Sender<Vec<(String, Vec<Ongoing>)>>),
@@ -209,14 +212,18 @@ impl TopicsHandle {
     }
 
     /// Sets or cancels the reassignments of partitions of topic `name`: one result per change,
-    /// in order; an error of the whole (unknown topic, the volume) applies to every one.
+    /// in order; an error of the whole (unknown topic, the volume) applies to every one. Not
+    /// begun past `deadline` (REQUEST_TIMED_OUT), as Apache's controller drops a request whose
+    /// timeout ran out while it waited: a client that gave up on it and went on may rely on it
+    /// not taking effect later.
     pub async fn reassign(
         &self,
         name: String,
         changes: Vec<(i32, Change)>,
         allow_replication_factor_change: bool,
+        deadline: tokio::time::Instant,
     ) -> CoreResult<Vec<CoreResult<()>>> {
-        self.ask(|reply| Command::Reassign { name, changes, allow_replication_factor_change, reply })
+        self.ask(|reply| Command::Reassign { name, changes, allow_replication_factor_change, deadline, reply })
             .await
             .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
@@ -317,6 +324,7 @@ struct TopicManager<E: Env> {
     data_version: watch::Sender<u64>,
     membership: MembershipHandle,
     claims: Claims<E::Volume>,
+    assignments: AssignmentStore<E::Volume>,
     /// Every fence applied on this broker (producer id -> epoch), for partitions started later.
     fences: BTreeMap<i64, i16>,
     /// When each unknown topic name was last looked up by `refresh`.
@@ -352,6 +360,7 @@ pub async fn start<E: Env>(
         data_version,
         membership,
         claims: Claims::new(env.volume().clone()),
+        assignments: AssignmentStore::new(env.volume().clone()),
         fences: BTreeMap::new(),
         refreshed: BTreeMap::new(),
         rescans: Arc::new(AtomicU64::new(0)),
@@ -407,6 +416,7 @@ impl<E: Env> TopicManager<E> {
             let Some(meta) = self.read_meta(topic).await? else { continue };
             let state = self.start_partitions(meta, 0, Vec::new()).await;
             self.topics.insert(topic.to_string(), Arc::new(state));
+            self.rescan_assignments(topic).await;
         }
         self.publish();
         Ok(())
@@ -458,6 +468,12 @@ impl<E: Env> TopicManager<E> {
     /// Reads one topic's file again and takes on what a peer changed: a creation, deletion,
     /// re-creation, new partitions or configs. Whether anything changed.
     async fn rescan_topic(&mut self, name: String) -> bool {
+        let changed = self.rescan_topic_meta(&name).await;
+        self.rescan_assignments(&name).await || changed
+    }
+
+    async fn rescan_topic_meta(&mut self, name: &str) -> bool {
+        let name = name.to_string();
         let meta = match self.read_meta(&name).await {
             Ok(meta) => meta,
             Err(e) => {
@@ -588,7 +604,26 @@ impl<E: Env> TopicManager<E> {
             }
             partitions.push(partition);
         }
-        TopicState { meta, partitions }
+        TopicState { meta, partitions, assignments: BTreeMap::new() }
+    }
+
+    /// Reads a known topic's assignments again and takes on what changed. Whether anything did.
+    async fn rescan_assignments(&mut self, name: &str) -> bool {
+        let Some(state) = self.topics.get(name).cloned() else { return false };
+        let assignments = match self.assignments.read(name, state.meta.topic_id).await {
+            Ok((_, assignments)) => assignments,
+            Err(e) => {
+                // Never guessed at: what this broker knows stands.
+                tracing::warn!(topic = %name, error = %e, "unreadable partition assignments");
+                return false;
+            }
+        };
+        if assignments == state.assignments {
+            return false;
+        }
+        let (meta, partitions) = (state.meta.clone(), state.partitions.clone());
+        self.topics.insert(name.to_string(), Arc::new(TopicState { meta, partitions, assignments }));
+        true
     }
 
     fn publish(&self) {
@@ -700,8 +735,9 @@ impl<E: Env> TopicManager<E> {
                 Some(Command::AlterBrokerConfigs { ops, validate_only, reply }) => {
                     let _ = reply.send(self.alter_broker_configs(ops, validate_only).await);
                 }
-                Some(Command::Reassign { name, changes, allow_replication_factor_change, reply }) => {
-                    let _ = reply.send(self.reassign(&name, changes, allow_replication_factor_change).await);
+                Some(Command::Reassign { name, changes, allow_replication_factor_change, deadline, reply }) => {
+                    let reassigned = self.reassign(&name, changes, allow_replication_factor_change, deadline);
+                    let _ = reply.send(reassigned.await);
                 }
                 Some(Command::ListReassignments(wanted, reply)) => {
                     let _ = reply.send(self.reassignments(wanted).await);
@@ -745,7 +781,6 @@ impl<E: Env> TopicManager<E> {
             partitions,
             replication_factor,
             configs: request.configs,
-            assignments: BTreeMap::new(),
         };
         if request.validate_only {
             return Ok(meta);
@@ -812,6 +847,7 @@ impl<E: Env> TopicManager<E> {
             crate::park_for_crash().await;
         }
         self.stop_topic(&state, true).await;
+        self.assignments.remove(name).await;
         tracing::info!(topic = name, "deleted topic");
         Ok(state.meta.topic_id)
     }
@@ -845,52 +881,93 @@ impl<E: Env> TopicManager<E> {
         Ok(())
     }
 
-    /// Applies reassignment changes to the topic's file as the volume has it now, so that a
-    /// peer's change made since this broker last read it is kept, and takes the result on.
+    /// Applies reassignment changes on top of the newest revision of the topic's assignments,
+    /// and takes the result on. A peer that made that revision's successor first wins; the
+    /// changes are then made again on top of its (`cluster::assignments`).
     async fn reassign(
         &mut self,
         name: &str,
         changes: Vec<(i32, Change)>,
         allow_replication_factor_change: bool,
+        deadline: tokio::time::Instant,
     ) -> CoreResult<Vec<CoreResult<()>>> {
-        let Some(mut meta) = self.read_meta(name).await? else { return Err(CoreError::UnknownTopicOrPartition) };
+        let timed_out = |env: &E| env.clock().monotonic() >= deadline;
+        if timed_out(&self.env) {
+            return Err(CoreError::RequestTimedOut);
+        }
+        self.read_before_change(name).await;
+        let Some(state) = self.topics.get(name).cloned() else { return Err(CoreError::UnknownTopicOrPartition) };
+        let (partitions, topic_id) = (state.meta.partitions, state.meta.topic_id);
         let view = self.membership.view();
-        let mut results = Vec::with_capacity(changes.len());
-        let mut changed = false;
-        for (p, change) in changes {
-            if !(0..meta.partitions).contains(&p) {
-                results.push(Err(CoreError::UnknownTopicOrPartition));
-                continue;
+        // Registered: a lease on the volume, as this broker has read it or reads it now (a
+        // broker just started has not read its peers' yet).
+        let mut registered = std::collections::BTreeSet::new();
+        for change in &changes {
+            if let (_, Change::Reassign(target)) = change {
+                for &b in target {
+                    if !registered.contains(&b) && (view.registered(b) || self.lease_exists(b).await?) {
+                        registered.insert(b);
+                    }
+                }
             }
-            let key = partition_dir(name, p);
-            let holder = self.claims.holder(Kind::Partition, &key).await.map_err(storage)?;
-            let assignment = meta.assignments.get(&p);
-            let preferred = assignment.map_or(&[][..], |a| a.replicas.as_slice());
-            let owner = view.owner_preferring(&key, preferred);
-            let partition = reassignment::Partition { assignment, holder, owner };
-            match reassignment::apply(partition, change, allow_replication_factor_change, &view) {
-                Ok(next) => {
-                    if next.as_ref() != assignment {
+        }
+        for _ in 0..REASSIGN_TRIES {
+            let (revision, mut assignments) = self.assignments.read(name, topic_id).await.map_err(storage)?;
+            let mut results = Vec::with_capacity(changes.len());
+            let mut changed = false;
+            for (p, change) in changes.iter().cloned() {
+                if !(0..partitions).contains(&p) {
+                    results.push(Err(CoreError::UnknownTopicOrPartition));
+                    continue;
+                }
+                let key = partition_dir(name, p);
+                let holder = self.claims.holder(Kind::Partition, &key).await.map_err(storage)?;
+                let assignment = assignments.get(&p);
+                let preferred = assignment.map_or(&[][..], |a| a.replicas.as_slice());
+                let owner = view.owner_preferring(&key, preferred);
+                let partition = reassignment::Partition { assignment, holder, owner };
+                let registered = |b| registered.contains(&b);
+                match reassignment::apply(partition, change, allow_replication_factor_change, registered) {
+                    Ok(next) if next.as_ref() == assignment => results.push(Ok(())),
+                    Ok(next) => {
                         changed = true;
                         match next {
-                            Some(a) => meta.assignments.insert(p, a),
-                            None => meta.assignments.remove(&p),
+                            Some(a) => assignments.insert(p, a),
+                            None => assignments.remove(&p),
                         };
+                        results.push(Ok(()));
                     }
-                    results.push(Ok(()));
+                    Err(e) => results.push(Err(e)),
                 }
-                Err(e) => results.push(Err(e)),
+            }
+            if !changed {
+                // Perhaps made by an earlier try of this request whose reply said it failed.
+                self.assignments.sync(name).await.map_err(storage)?;
+                return Ok(results);
+            }
+            // Reads of the volume may have stalled past the deadline: nothing is written then.
+            if timed_out(&self.env) {
+                return Err(CoreError::RequestTimedOut);
+            }
+            let written = self.assignments.write(name, topic_id, revision + 1, assignments.clone());
+            if written.await.map_err(storage)? {
+                tracing::info!(topic = name, revision = revision + 1, ?assignments, "reassigned");
+                if self.rescan_assignments(name).await {
+                    self.publish();
+                    self.reconcile().await;
+                }
+                return Ok(results);
             }
         }
-        if changed {
-            self.persist(&meta).await?;
-            tracing::info!(topic = name, assignments = ?meta.assignments, "reassigned");
-            if self.rescan_topic(name.to_string()).await {
-                self.publish();
-                self.reconcile().await;
-            }
+        Err(CoreError::Storage(format!("the assignments of topic {name} keep changing under this request; try again")))
+    }
+
+    async fn lease_exists(&self, broker_id: i32) -> CoreResult<bool> {
+        if broker_id < 0 {
+            return Ok(false);
         }
-        Ok(results)
+        let lease = crate::cluster::lease::path(broker_id);
+        Ok(self.env.volume().read(&lease).await.map_err(storage)?.is_some())
     }
 
     /// The reassignments in progress among `wanted` (every topic's if `None`), by topic.
@@ -905,10 +982,10 @@ impl<E: Env> TopicManager<E> {
         };
         let mut found = Vec::new();
         for (state, partitions) in wanted {
-            let partitions = partitions.unwrap_or_else(|| state.meta.assignments.keys().copied().collect());
+            let partitions = partitions.unwrap_or_else(|| state.assignments.keys().copied().collect());
             let mut ongoing = Vec::new();
             for p in partitions {
-                let Some(assignment) = state.meta.assignments.get(&p) else { continue };
+                let Some(assignment) = state.assignments.get(&p) else { continue };
                 let key = partition_dir(&state.meta.name, p);
                 let holder = match self.claims.holder(Kind::Partition, &key).await {
                     Ok(holder) => holder,
@@ -963,8 +1040,8 @@ impl<E: Env> TopicManager<E> {
         for p in &state.partitions {
             p.set_config(settings).await;
         }
-        let partitions = state.partitions.clone();
-        self.topics.insert(name.to_string(), Arc::new(TopicState { meta, partitions }));
+        let (partitions, assignments) = (state.partitions.clone(), state.assignments.clone());
+        self.topics.insert(name.to_string(), Arc::new(TopicState { meta, partitions, assignments }));
         self.publish();
         Ok(())
     }

@@ -26,6 +26,7 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::MessageTooLarge => K::MessageTooLarge,
         CoreError::InvalidRequiredAcks => K::InvalidRequiredAcks,
         CoreError::Storage(_) => K::KafkaStorageError,
+        CoreError::RequestTimedOut => K::RequestTimedOut,
         CoreError::CoordinatorNotAvailable => K::CoordinatorNotAvailable,
         CoreError::NotCoordinator => K::NotCoordinator,
         CoreError::CoordinatorLoadInProgress => K::CoordinatorLoadInProgress,

@@ -137,6 +137,13 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["split-assignment", "fenced-commit"],
         scenarios: &["groups"],
     },
+    MutantSpec {
+        mutant: Mutant::ReassignmentIgnored,
+        // Every partition stays where the rendezvous hash puts it: one reassigned elsewhere
+        // never gets there.
+        catches: &["misplaced"],
+        scenarios: &["cluster-reassign"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

@@ -98,30 +98,6 @@ impl ClusterView {
         view
     }
 
-    /// The standalone view with a lease read for each of `peers` (registered, not live): for
-    /// tests of rules that ask which brokers the cluster knows.
-    #[cfg(test)]
-    pub(crate) fn standalone_knowing(me: i32, peers: &[i32], now: Instant) -> Self {
-        let mut view = ClusterView::standalone(me, now);
-        let mut observed = BTreeMap::new();
-        for &broker_id in peers {
-            let lease = LeaseFile {
-                format_version: lease::FORMAT_VERSION,
-                broker_id,
-                host: String::new(),
-                port: 0,
-                incarnation: 1 << 32,
-                session: 0,
-                renewal: 1,
-                leaving: false,
-            };
-            let o = Observation { lease: Some(lease), changed_at: now, seen_change: false, read_at: now };
-            observed.insert(broker_id, o);
-        }
-        view.observed = Arc::new(observed);
-        view
-    }
-
     pub fn lease_valid(&self, now: Instant) -> bool {
         self.lease_valid_until.is_some_and(|until| now < until)
     }

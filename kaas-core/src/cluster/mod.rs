@@ -6,10 +6,11 @@
 //!   hash. One broker alone is a cluster of one: it owns everything.
 //! - `claims`: ownership epochs, claimed by exclusive create once the old holder is gone.
 //! - `reassignment`: the rules of partition reassignments, which set a partition's preferred
-//!   owners.
+//!   owners; `assignments`: where the replica lists they set are kept, by revision.
 //! - `peers`: what this broker asks of its peers (markers, KIP-890 verification), for the wire
 //!   client in kaas-net to send.
 
+pub mod assignments;
 pub mod claims;
 pub mod lease;
 pub mod membership;

@@ -15,7 +15,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ClusterView;
 use crate::error::{CoreError, CoreResult};
 
 /// A partition's replica list, set by a reassignment, in order of preference.
@@ -68,11 +67,12 @@ impl Partition<'_> {
 /// chooses). Apache's checks: a non-empty list of registered brokers, none twice, the same
 /// length as now unless `allow_replication_factor_change` (KIP-860), and a cancel only of a
 /// reassignment in progress.
+/// `registered` says whether a broker id is known to the cluster (has a lease on the volume).
 pub fn apply(
     partition: Partition<'_>,
     change: Change,
     allow_replication_factor_change: bool,
-    view: &ClusterView,
+    registered: impl Fn(i32) -> bool,
 ) -> CoreResult<Option<Assignment>> {
     let target = match change {
         Change::Cancel if !partition.in_progress() => return Err(CoreError::NoReassignmentInProgress),
@@ -82,7 +82,7 @@ pub fn apply(
         }
         Change::Reassign(target) => target,
     };
-    validate(&target, view)?;
+    validate(&target, registered)?;
     let current = partition.replicas();
     if !allow_replication_factor_change && target.len() != current.len() {
         return Err(CoreError::InvalidReplicationFactor(format!(
@@ -104,7 +104,7 @@ pub fn apply(
     Ok(Some(Assignment { replicas: target, previous }))
 }
 
-fn validate(target: &[i32], view: &ClusterView) -> CoreResult<()> {
+fn validate(target: &[i32], registered: impl Fn(i32) -> bool) -> CoreResult<()> {
     if target.is_empty() {
         return Err(CoreError::InvalidReplicaAssignment(
             "The manual partition assignment includes an empty replica list.".into(),
@@ -113,7 +113,7 @@ fn validate(target: &[i32], view: &ClusterView) -> CoreResult<()> {
     let mut sorted = target.to_vec();
     sorted.sort_unstable();
     for (i, &broker) in sorted.iter().enumerate() {
-        if !view.registered(broker) {
+        if !registered(broker) {
             return Err(CoreError::InvalidReplicaAssignment(format!(
                 "The manual partition assignment includes broker {broker}, but no such broker is registered."
             )));
@@ -158,11 +158,10 @@ pub fn ongoing(index: i32, partition: Partition<'_>) -> Option<Ongoing> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::time::Instant;
 
-    /// Broker 0, live, with broker 5's lease on the volume: 7 is unknown.
-    fn view() -> ClusterView {
-        ClusterView::standalone_knowing(0, &[5], Instant::now())
+    /// Brokers 0 and 5 have leases on the volume; 7 is unknown.
+    fn view() -> impl Fn(i32) -> bool + Copy {
+        |b| b == 0 || b == 5
     }
 
     fn partition(assignment: Option<&Assignment>, holder: Option<i32>) -> Partition<'_> {
@@ -174,11 +173,11 @@ mod tests {
         let v = view();
         let p = partition(None, Some(0));
         let invalid = |r: CoreResult<Option<Assignment>>| matches!(r, Err(CoreError::InvalidReplicaAssignment(_)));
-        assert!(invalid(apply(p, Change::Reassign(vec![]), true, &v)));
-        assert!(invalid(apply(p, Change::Reassign(vec![7]), true, &v)));
-        assert!(invalid(apply(p, Change::Reassign(vec![0, 0]), true, &v)));
-        assert!(matches!(apply(p, Change::Cancel, true, &v), Err(CoreError::NoReassignmentInProgress)));
-        let set = apply(p, Change::Reassign(vec![0]), false, &v).unwrap().unwrap();
+        assert!(invalid(apply(p, Change::Reassign(vec![]), true, v)));
+        assert!(invalid(apply(p, Change::Reassign(vec![7]), true, v)));
+        assert!(invalid(apply(p, Change::Reassign(vec![0, 0]), true, v)));
+        assert!(matches!(apply(p, Change::Cancel, true, v), Err(CoreError::NoReassignmentInProgress)));
+        let set = apply(p, Change::Reassign(vec![0]), false, v).unwrap().unwrap();
         assert_eq!(set, Assignment { replicas: vec![0], previous: vec![] });
     }
 
@@ -197,13 +196,13 @@ mod tests {
     fn a_cancel_restores_the_list_from_before() {
         let v = view();
         let moving = Assignment { replicas: vec![0], previous: vec![5] };
-        let back = apply(partition(Some(&moving), Some(5)), Change::Cancel, true, &v).unwrap();
+        let back = apply(partition(Some(&moving), Some(5)), Change::Cancel, true, v).unwrap();
         assert_eq!(back, Some(Assignment { replicas: vec![5], previous: vec![] }));
         let from_hash = Assignment { replicas: vec![0], previous: vec![] };
-        assert_eq!(apply(partition(Some(&from_hash), Some(5)), Change::Cancel, true, &v).unwrap(), None);
+        assert_eq!(apply(partition(Some(&from_hash), Some(5)), Change::Cancel, true, v).unwrap(), None);
         // Done: nothing to cancel.
         let done = partition(Some(&from_hash), Some(0));
-        assert!(matches!(apply(done, Change::Cancel, true, &v), Err(CoreError::NoReassignmentInProgress)));
+        assert!(matches!(apply(done, Change::Cancel, true, v), Err(CoreError::NoReassignmentInProgress)));
     }
 
     #[test]
@@ -211,16 +210,16 @@ mod tests {
         let v = view();
         let a = Assignment { replicas: vec![0], previous: vec![] };
         let p = partition(Some(&a), Some(0));
-        match apply(p, Change::Reassign(vec![0, 5]), false, &v) {
+        match apply(p, Change::Reassign(vec![0, 5]), false, v) {
             Err(CoreError::InvalidReplicationFactor(m)) => {
                 assert_eq!(m, "The replication factor is changed from 1 to 2")
             }
             other => panic!("{other:?}"),
         }
         // A registered broker that is not live is a valid target.
-        let both = apply(p, Change::Reassign(vec![5, 0]), true, &v).unwrap();
+        let both = apply(p, Change::Reassign(vec![5, 0]), true, v).unwrap();
         assert_eq!(both, Some(Assignment { replicas: vec![5, 0], previous: vec![0] }));
         // The same list again changes nothing and is no error.
-        assert_eq!(apply(p, Change::Reassign(vec![0]), false, &v).unwrap(), Some(a.clone()));
+        assert_eq!(apply(p, Change::Reassign(vec![0]), false, v).unwrap(), Some(a.clone()));
     }
 }

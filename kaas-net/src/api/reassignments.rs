@@ -5,7 +5,7 @@
 
 use kaas_core::CoreError;
 use kaas_core::cluster::reassignment::Change;
-use kaas_core::env::Env;
+use kaas_core::env::{Clock, Env};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
@@ -19,6 +19,10 @@ use super::{text, topic};
 use crate::connection::Context;
 use crate::error;
 
+const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
+/// Each partition's change is made unless the request's timeout ran out before the broker got
+/// to it (REQUEST_TIMED_OUT, nothing changed).
 pub async fn alter<E: Env>(
     ctx: &Context<E>,
     _header: &RequestHeader,
@@ -26,6 +30,10 @@ pub async fn alter<E: Env>(
 ) -> AlterPartitionReassignmentsResponse {
     let topics = &ctx.broker.topics;
     let allow = request.allow_replication_factor_change;
+    // A client that sends no timeout gets Kafka's default request.timeout.ms, not none at all.
+    let timeout_ms = if request.timeout_ms > 0 { request.timeout_ms as u64 } else { DEFAULT_TIMEOUT_MS };
+    let timeout = std::time::Duration::from_millis(timeout_ms);
+    let deadline = ctx.broker.env.clock().monotonic() + timeout;
     let mut responses = Vec::with_capacity(request.topics.len());
     for t in request.topics {
         let name = t.name.0.to_string();
@@ -42,7 +50,7 @@ pub async fn alter<E: Env>(
             })
             .collect();
         // Apache's messages: the topic unknown, or only the partition.
-        let (results, unknown) = match topics.reassign(name.clone(), changes, allow).await {
+        let (results, unknown) = match topics.reassign(name.clone(), changes, allow, deadline).await {
             Ok(results) => (results, format!("Unable to find partition {name}:")),
             Err(e) => {
                 (indexes.iter().map(|_| Err(e.clone())).collect(), format!("Unable to find a topic named {name}."))

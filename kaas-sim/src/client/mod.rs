@@ -66,7 +66,12 @@ pub struct TopicRoutes {
     pub topic_error: i16,
     /// (partition, leader node id, leader epoch)
     pub partitions: Vec<(i32, i32, i32)>,
+    /// Each partition's replica list.
+    pub replicas: std::collections::BTreeMap<i32, Vec<i32>>,
 }
+
+/// The partitions `reassigning` asks about: more than any world's topic has.
+const PARTITIONS_LISTED: i32 = 64;
 
 fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
@@ -361,7 +366,50 @@ impl WireClient {
         let brokers = response.brokers.iter().map(|b| (b.node_id.0, b.host.to_string())).collect();
         let Some(t) = response.topics.first() else { return Outcome::Failed(-1) };
         let partitions = t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch)).collect();
-        Outcome::Ok(TopicRoutes { brokers, topic_error: t.error_code, partitions })
+        let replicas =
+            t.partitions.iter().map(|p| (p.partition_index, p.replica_nodes.iter().map(|b| b.0).collect())).collect();
+        Outcome::Ok(TopicRoutes { brokers, topic_error: t.error_code, partitions, replicas })
+    }
+
+    /// AlterPartitionReassignments (v1) of one partition to `replicas`, or a cancel (`None`).
+    pub async fn reassign(&mut self, topic: &str, partition: i32, replicas: Option<&[i32]>) -> Outcome<()> {
+        use kafka_protocol::messages::alter_partition_reassignments_request::{
+            ReassignablePartition, ReassignableTopic,
+        };
+        let target = ReassignablePartition::default()
+            .with_partition_index(partition)
+            .with_replicas(replicas.map(|r| r.iter().copied().map(BrokerId).collect()));
+        let request = AlterPartitionReassignmentsRequest::default().with_timeout_ms(10_000).with_topics(vec![
+            ReassignableTopic::default().with_name(TopicName(text(topic))).with_partitions(vec![target]),
+        ]);
+        let response: AlterPartitionReassignmentsResponse =
+            match self.call(ApiKey::AlterPartitionReassignments, 1, &request).await {
+                Ok(r) => r,
+                Err(_) => return Outcome::Indefinite,
+            };
+        match response.responses.first().and_then(|t| t.partitions.first()).map(|p| p.error_code) {
+            Some(0) => Outcome::Ok(()),
+            Some(code) => Outcome::Failed(code),
+            None => Outcome::Failed(-1),
+        }
+    }
+
+    /// ListPartitionReassignments (v0) of one topic: the partitions whose reassignment is in
+    /// progress.
+    pub async fn reassigning(&mut self, topic: &str) -> Outcome<Vec<i32>> {
+        use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
+        let named = ListPartitionReassignmentsTopics::default().with_name(TopicName(text(topic)));
+        let request = ListPartitionReassignmentsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(Some(vec![named.with_partition_indexes((0..PARTITIONS_LISTED).collect())]));
+        match self.call::<_, ListPartitionReassignmentsResponse>(ApiKey::ListPartitionReassignments, 0, &request).await
+        {
+            Ok(r) if r.error_code == 0 => {
+                Outcome::Ok(r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.partition_index)).collect())
+            }
+            Ok(r) => Outcome::Failed(r.error_code),
+            Err(_) => Outcome::Indefinite,
+        }
     }
 
     /// FindCoordinator (v3) of a group (key type 0) or transactional id (1): its host.

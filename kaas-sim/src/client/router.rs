@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Fetched, Joined, Member, NOT_SENT, Outcome, ProducerStamp, UNKNOWN_TOPIC_OR_PARTITION, WireClient};
+use super::{
+    Fetched, Joined, Member, NOT_SENT, Outcome, ProducerStamp, TopicRoutes, UNKNOWN_TOPIC_OR_PARTITION, WireClient,
+};
 use crate::history::{History, outcome_name};
 use crate::hosts::BROKER_PORT;
 
@@ -243,6 +245,26 @@ impl Client {
 
     pub async fn create_topic(&mut self, name: &str, partitions: i32) -> Outcome<i16> {
         routed!(self, Route::Any, "create-topics", |c| c.create_topic_outcome(name, partitions))
+    }
+
+    /// Reassigns one partition to `replicas` (`None` cancels), through any broker.
+    pub async fn reassign(&mut self, topic: &str, partition: i32, replicas: Option<&[i32]>) -> Outcome<()> {
+        routed!(self, Route::Any, "alter-partition-reassignments", |c| c.reassign(topic, partition, replicas))
+    }
+
+    /// The partitions of `topic` whose reassignment is in progress, by any broker.
+    pub async fn reassigning(&mut self, topic: &str) -> Outcome<Vec<i32>> {
+        routed!(self, Route::Any, "list-partition-reassignments", |c| c.reassigning(topic))
+    }
+
+    /// Metadata of `topic`, by broker `host`.
+    pub async fn metadata_from(&mut self, host: &str, topic: &str) -> Outcome<TopicRoutes> {
+        routed!(self, Route::Broker(host.to_string()), "metadata", |c| c.metadata(topic))
+    }
+
+    /// The broker hosts this client bootstraps from.
+    pub fn bootstrap(&self) -> &[String] {
+        &self.bootstrap
     }
 
     pub async fn delete_topic(&mut self, name: &str) -> Outcome<()> {

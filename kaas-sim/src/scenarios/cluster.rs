@@ -22,7 +22,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::common::{self, Common, CrashPoint, FaultMix};
-use super::idempotence::Load;
+use super::idempotence::{Extras, Load};
 use super::{RunResult, World};
 use crate::checkers;
 use crate::faults::{Fault, Planned, Trigger};
@@ -75,7 +75,7 @@ impl Leases {
         }
     }
 
-    fn config(&self) -> BrokerConfig {
+    pub fn config(&self) -> BrokerConfig {
         self.apply(BrokerConfig { group_initial_rebalance_delay_ms: 0, ..BrokerConfig::default() })
     }
 
@@ -127,14 +127,18 @@ fn load_and_brokers(rng: &mut ChaCha8Rng) -> (Load, Vec<BrokerSpec>) {
 
 impl Cluster {
     fn draw(seed: u64, zombie: bool) -> Cluster {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let leases = Leases::draw(&mut rng);
-        let (load, brokers) = load_and_brokers(&mut rng);
+        Cluster::draw_from(&mut ChaCha8Rng::seed_from_u64(seed), zombie)
+    }
+
+    /// The world `draw` makes, from `rng` (which the caller may draw on further).
+    pub fn draw_from(rng: &mut ChaCha8Rng, zombie: bool) -> Cluster {
+        let leases = Leases::draw(rng);
+        let (load, brokers) = load_and_brokers(rng);
         let hosts: Vec<String> = brokers.iter().map(|b| b.host.clone()).collect();
         let mix = FaultMix { progress_max: load.steps(), clock_steps: zombie, drift_ppm_max: leases.drift_ppm_max() };
-        let mut common = Common::draw_with(&mut rng, brokers, mix);
+        let mut common = Common::draw_with(rng, brokers, mix);
         if zombie {
-            common.plan.extend(zombie_faults(&mut rng, &hosts, &leases, load.steps()));
+            common.plan.extend(zombie_faults(rng, &hosts, &leases, load.steps()));
         }
         Cluster { common, leases, load }
     }
@@ -287,7 +291,8 @@ impl World for ClusterFlap {
     fn run(&self, seed: u64) -> RunResult {
         let Cluster { common, leases, load } = &self.cluster;
         let hold_ms = self.flap.ends_at_ms() + leases.settle_ms + leases.session_timeout_ms;
-        load.run_with(seed, common, leases.config(), "cluster-flap", hold_ms, |volume| {
+        let extras = Extras { hold_ms, ..Extras::default() };
+        load.run_with(seed, common, leases.config(), "cluster-flap", extras, |volume| {
             let (claims, mut violations) = checkers::ownership::claims(volume);
             violations.extend(checkers::ownership::check_flapping(&claims, self.flap.broker_id, self.flap.cuts));
             violations

@@ -20,7 +20,7 @@ use crate::volume::SimVolume;
 use crate::workloads::idempotent::{self, SharedProducers};
 use crate::workloads::{self, Shared, consumer};
 
-const TOPIC: &str = "idempotent";
+pub const TOPIC: &str = "idempotent";
 const SIM_SECONDS_MAX: u64 = 900;
 const LIVENESS_MS: u64 = 60_000;
 
@@ -68,28 +68,30 @@ impl Load {
     /// Runs the load on the clients host and checks it: every broker setting but the segment
     /// size comes from `config`.
     pub fn run(&self, seed: u64, common: &Common, config: BrokerConfig, scenario: &str) -> RunResult {
-        self.run_with(seed, common, config, scenario, 0, |_| Vec::new())
+        self.run_with(seed, common, config, scenario, Extras::default(), |_| Vec::new())
     }
 
-    /// `run`, with the clients staying until `hold_ms` of simulated time before their final
-    /// reads (so the brokers live through a fault plan longer than the load), and
-    /// `check_volume` run over what the brokers left on the volume.
+    /// `run`, with `extras` (a hold, more time to converge, a client beside the producers)
+    /// and `check_volume` run over what the brokers left on the volume.
     pub fn run_with(
         &self,
         seed: u64,
         common: &Common,
         config: BrokerConfig,
         scenario: &str,
-        hold_ms: u64,
+        extras: Extras,
         check_volume: impl FnOnce(&SimVolume) -> Vec<String>,
     ) -> RunResult {
         let config = BrokerConfig { log_segment_bytes: self.segment_bytes, ..config };
         let mut run = common::start(seed, common, SIM_SECONDS_MAX, &config);
         let world = workloads::shared(common.hosts(), &run.history);
         let producers = SharedProducers::default();
-        run.sim.client("clients", workload(self.clone(), world.clone(), producers.clone(), hold_ms));
+        run.sim.client("clients", workload(self.clone(), world.clone(), producers.clone(), extras.hold_ms));
+        if let Some(side) = extras.side {
+            run.sim.client("admin", side(world.clone()));
+        }
         let progress = || world.lock().unwrap().partitions.values().map(|p| p.produced.acked.len()).sum();
-        let mut violations = run.drive(common, progress, LIVENESS_MS);
+        let mut violations = run.drive(common, progress, LIVENESS_MS + extras.more_liveness_ms);
         violations.extend(check_volume(&run.volume));
         let w = world.lock().unwrap();
         let p = producers.lock().unwrap();
@@ -106,6 +108,21 @@ impl Load {
         run.finish(scenario, seed, violations)
     }
 }
+
+/// What a scenario adds to the load's run.
+#[derive(Default)]
+pub struct Extras {
+    /// The clients stay until this much simulated time before their final reads, so that the
+    /// brokers live through a fault plan longer than the load.
+    pub hold_ms: u64,
+    /// Time to converge after the last fault, beyond the load's own.
+    pub more_liveness_ms: u64,
+    /// A client host beside the producers (`admin`), given the world; what it finds wrong it
+    /// adds to the world's violations.
+    pub side: Option<Side>,
+}
+
+pub type Side = Box<dyn FnOnce(Shared) -> std::pin::Pin<Box<dyn std::future::Future<Output = turmoil::Result>>>>;
 
 impl World for Idempotence {
     fn draw(seed: u64) -> Idempotence {

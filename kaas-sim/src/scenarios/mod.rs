@@ -8,6 +8,7 @@ pub mod common;
 pub mod copier;
 pub mod groups;
 pub mod idempotence;
+pub mod reassign;
 pub mod smoke;
 pub mod topics;
 pub mod transactions;
@@ -95,6 +96,10 @@ pub const ALL: &[Scenario] = &[
     scenario::<cluster::ClusterFlap>(
         "cluster-flap",
         "3-5 brokers on one data directory; one keeps losing the volume, back each time for less than the settle period",
+    ),
+    scenario::<reassign::ClusterReassign>(
+        "cluster-reassign",
+        "the cluster-failover world with an admin reassigning partitions meanwhile: ownership moves where it is sent",
     ),
     scenario::<groups::Groups>(
         "groups",
