@@ -133,6 +133,7 @@ python3 -c '
 import json, re, sys
 brokers = len(sys.argv[3].split(","))
 leaders = {int(p): int(l) for p, l in re.findall(r"Partition: (\d+)\s+Leader: (\d+)", open(sys.argv[1]).read())}
+assert sorted(leaders) == [0, 1, 2, 3], leaders
 moves = [{"topic": sys.argv[2], "partition": p, "replicas": [(l + 1) % brokers]} for p, l in sorted(leaders.items())]
 json.dump({"version": 1, "partitions": moves}, open(sys.argv[4], "w"))
 ' "$out" "$topic" "$bootstrap" "$plan"
@@ -153,6 +154,10 @@ text = open(sys.argv[1]).read()
 got = {int(p): (int(l), r, i) for p, l, r, i in re.findall(r"Partition: (\d+)\s+Leader: (\d+)\s+Replicas: (\S+)\s+Isr: (\S+)", text)}
 assert got == {p: (b, str(b), str(b)) for p, b in want.items()}, (got, want)
 ' "$out" "$plan" || { cat "$out"; echo "FAILED: kafka-topics shows each partition led by the broker it was moved to"; exit 1; }
+# The records moved with ownership: the volume is the one replica.
+tool GetOffsetShell --bootstrap-server "$bootstrap" --topic "$topic"
+total=$(awk -F: '{s += $3} END {print s}' "$out")
+[ "$total" -eq $records ] || { cat "$out"; echo "FAILED: after the moves kafka-get-offsets sums to $total, not $records"; exit 1; }
 # It exits 1 against Apache with no authorizer too, saying why.
 timeout 120 java -cp "$cp" org.apache.kafka.tools.AclCommand --bootstrap-server "$bootstrap" --list > "$out" 2>&1 || true
 expect "SecurityDisabledException: No Authorizer is configured on the broker" "kafka-acls --list without an authorizer"

@@ -2,8 +2,9 @@
 //! volume. No data moves: the volume is the only replica. A reassignment sets a partition's
 //! replica list, and the first broker of the list that may own things owns the partition
 //! (`ClusterView::owner_preferring`); the move itself is the ordinary hand-over, a release and
-//! a claim of the next ownership epoch. The list lives in the topic's file, which every broker
-//! reads again on each heartbeat, so each learns of it within one.
+//! a claim of the next ownership epoch. The lists live in revisions on the volume
+//! (`cluster::assignments`), which every broker reads again on each heartbeat, so each learns of
+//! a change within one.
 //!
 //! A reassignment is in progress while no broker of its list holds the partition's claim: the
 //! old owner has not let go yet, or every broker of the list is down (the partition then stays
@@ -11,7 +12,7 @@
 //! Cancelling one in progress restores the list before it, as Apache reverts to the original
 //! replicas.
 //!
-//! The rules here are pure; the topic manager reads the claim and writes the file.
+//! The rules here are pure; the topic manager reads the claims and writes the revisions.
 
 use serde::{Deserialize, Serialize};
 
