@@ -5,7 +5,7 @@
 # delete offsets, delete), kafka-verifiable-producer and -consumer, kafka-transactions (list, describe,
 # describe-producers, find-hanging, abort) on a transaction its producer left open by dying,
 # and kafka-log-dirs, kafka-leader-election, kafka-reassign-partitions (--list, --execute,
-# --verify) and kafka-acls.
+# --verify), kafka-acls and kafka-metadata-quorum.
 set -euo pipefail
 bootstrap=$1
 cp=$(bash "$(dirname "$0")/java/build.sh")
@@ -161,4 +161,10 @@ total=$(awk -F: '{s += $3} END {print s}' "$out")
 # It exits 1 against Apache with no authorizer too, saying why.
 timeout 120 java -cp "$cp" org.apache.kafka.tools.AclCommand --bootstrap-server "$bootstrap" --list > "$out" 2>&1 || true
 expect "SecurityDisabledException: No Authorizer is configured on the broker" "kafka-acls --list without an authorizer"
-echo "kafka tools 4.x: topics, configs, perf tests, get-offsets, consumer-groups, verifiable producer/consumer, transactions, log-dirs, leader-election, reassign-partitions, acls"
+# No metadata quorum: kafka-metadata-quorum shows the brokers' leases instead, each broker a
+# voter whose last fetch is its lease's last renewal.
+tool MetadataQuorumCommand --bootstrap-server "$bootstrap" describe --replication
+brokers=$(($(tr -cd , <<< "$bootstrap" | wc -c) + 1))
+voters=$(grep -Ec "^[0-9]+[[:space:]].*(Leader|Follower)" "$out" || true)
+[ "$voters" -eq "$brokers" ] || { cat "$out"; echo "FAILED: kafka-metadata-quorum lists $voters voters, not $brokers"; exit 1; }
+echo "kafka tools 4.x: topics, configs, perf tests, get-offsets, consumer-groups, verifiable producer/consumer, transactions, log-dirs, leader-election, reassign-partitions, acls, metadata-quorum"

@@ -552,6 +552,11 @@ impl SimVolume {
 impl Volume for SimVolume {
     type File = SimFile;
 
+    /// The host: each broker host replaces a file from one actor at a time.
+    fn writer_tag(&self) -> String {
+        self.host.to_string()
+    }
+
     async fn create_dir_all(&self, path: &str) -> io::Result<()> {
         self.reach().await?;
         let full = self.full(path);

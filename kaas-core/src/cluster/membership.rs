@@ -37,6 +37,17 @@ pub struct Peer {
     pub settled: bool,
 }
 
+/// One broker's lease as this broker sees it now (DescribeQuorum reports these).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSeen {
+    pub broker_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub live: bool,
+    /// How long ago this broker saw the lease change last (for its own, renewed it).
+    pub unchanged_for: Duration,
+}
+
 /// What this broker last observed of one broker id's lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Observation {
@@ -96,6 +107,34 @@ impl ClusterView {
             Peer { broker_id: me, host: config.advertised_host.clone(), port: config.advertised_port, settled: true };
         view.live.insert(me, peer);
         view
+    }
+
+    /// Every lease on the volume that did not say it left, this broker's own included while
+    /// it holds one, by broker id.
+    pub fn leases_seen(&self, now: Instant) -> Vec<LeaseSeen> {
+        let mut seen: BTreeMap<i32, LeaseSeen> = BTreeMap::new();
+        for (&broker_id, o) in self.observed.iter().filter(|(id, _)| **id != self.me) {
+            let Some(lease) = o.lease.as_ref().filter(|l| !l.leaving) else { continue };
+            seen.insert(
+                broker_id,
+                LeaseSeen {
+                    broker_id,
+                    host: lease.host.clone(),
+                    port: lease.port,
+                    live: self.live.contains_key(&broker_id),
+                    unchanged_for: now.saturating_duration_since(o.changed_at),
+                },
+            );
+        }
+        if let (Some(until), Some(me)) = (self.lease_valid_until, self.live.get(&self.me)) {
+            // The last renewal began a session timeout less the drift margin before `until`.
+            let renewed = until.checked_sub(self.session_timeout.saturating_sub(self.drift_margin)).unwrap_or(until);
+            let unchanged_for = now.saturating_duration_since(renewed);
+            let mine =
+                LeaseSeen { broker_id: self.me, host: me.host.clone(), port: me.port, live: true, unchanged_for };
+            seen.insert(self.me, mine);
+        }
+        seen.into_values().collect()
     }
 
     pub fn lease_valid(&self, now: Instant) -> bool {

@@ -18,7 +18,7 @@ pub mod peers;
 pub mod reassignment;
 
 pub use claims::{Claimed, Claims, Kind};
-pub use membership::{ClusterView, MembershipHandle, Peer};
+pub use membership::{ClusterView, LeaseSeen, MembershipHandle, Peer};
 pub use peers::{Endpoint, PeersHandle};
 
 /// The ownership key of a partition: its directory name, `<topic>-<partition>`.

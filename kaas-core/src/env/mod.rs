@@ -129,14 +129,20 @@ pub trait Volume: Clone + Send + Sync + 'static {
         async { None }
     }
 
-    /// Atomic durable replace, in its real steps (`replace_steps`): write `<path>.tmp`, fsync
-    /// it, rename it over `path`, fsync the directory. A crash leaves the old content or the
-    /// new, never a mix (and perhaps a stray `.tmp`, which readers skip). The simulator runs
-    /// the steps one call at a time, so that a crash can fall between any two; the real volume
-    /// runs the same list in one blocking call.
+    /// What names this writer's temporary files apart from other writers' (`tmp_path`): brokers
+    /// sharing the volume may replace one file at the same moment (the broker configs, a
+    /// topic's file), and one temporary name for all would let one broker's rename carry off
+    /// the other's half-written file.
+    fn writer_tag(&self) -> String;
+
+    /// Atomic durable replace, in its real steps (`replace_steps`): write `<path>.tmp-<tag>`,
+    /// fsync it, rename it over `path`, fsync the directory. A crash leaves the old content or
+    /// the new, never a mix (and perhaps a stray temporary file, which readers skip). The
+    /// simulator runs the steps one call at a time, so that a crash can fall between any two;
+    /// the real volume runs the same list in one blocking call.
     fn write_atomic(&self, path: &str, data: Bytes) -> impl Future<Output = io::Result<()>> + Send {
         async move {
-            let tmp = tmp_path(path);
+            let tmp = tmp_path(path, &self.writer_tag());
             let mut file = None;
             for step in replace_steps() {
                 match step {
@@ -186,9 +192,9 @@ pub fn replace_steps() -> &'static [ReplaceStep] {
     }
 }
 
-/// The temporary file an atomic replace of `path` writes first.
-pub fn tmp_path(path: &str) -> String {
-    format!("{path}.tmp")
+/// The temporary file an atomic replace of `path` by the writer `tag` writes first.
+pub fn tmp_path(path: &str, tag: &str) -> String {
+    format!("{path}.tmp-{tag}")
 }
 
 /// The bundle handed to every actor: one type parameter instead of five.

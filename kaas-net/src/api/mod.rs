@@ -11,6 +11,7 @@ mod create_topics;
 mod delete_records;
 mod delete_topics;
 mod describe_cluster;
+mod describe_quorum;
 mod describe_topic_partitions;
 mod elect_leaders;
 mod fetch;
@@ -79,6 +80,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
@@ -141,6 +143,7 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::CreatePartitions => now!(create_partitions::handle),
         ApiKey::DeleteRecords => now!(delete_records::handle),
         ApiKey::DescribeCluster => now!(describe_cluster::handle),
+        ApiKey::DescribeQuorum => now!(describe_quorum::handle),
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions::handle),
         ApiKey::DescribeAcls => now!(acls::describe),
         ApiKey::CreateAcls => now!(acls::create),

@@ -121,7 +121,10 @@ const NOTES: &[(i16, &str)] = &[
         "moves ownership, not data: the owner is the first live broker of the new replica list, reached by the ordinary hand-over",
     ),
     (46, "in progress while no broker of the new list holds the partition"),
-    (55, "not served: kaas has no metadata quorum (metadata is files on the shared volume, brokers hold leases)"),
+    (
+        55,
+        "no metadata quorum: the brokers' leases instead; every broker with a lease is a voter, its last renewal as its last fetch; the leader is the controller Metadata names, with no epoch or high watermark",
+    ),
     (60, "no broker is fenced: one whose lease ran out is gone"),
     (66, "v2: the transactional id pattern must match the whole id (RE2 syntax)"),
     (

@@ -117,6 +117,14 @@ impl VolumeFile for RealFile {
 }
 
 impl Volume for RealVolume {
+    /// This process and a count of its replaces: unique among the processes sharing the volume
+    /// (on one host; on several, their pids may meet, so the host name goes in too).
+    fn writer_tag(&self) -> String {
+        static REPLACES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = REPLACES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{}-{}-{n}", host_name(), std::process::id())
+    }
+
     type File = RealFile;
 
     async fn space(&self) -> Option<VolumeSpace> {
@@ -206,7 +214,7 @@ impl Volume for RealVolume {
     /// instead of one cost a third of the transactions a group commit gets through.
     async fn write_atomic(&self, path: &str, data: Bytes) -> io::Result<()> {
         let full = self.path(path);
-        let tmp = self.path(&tmp_path(path));
+        let tmp = self.path(&tmp_path(path, &self.writer_tag()));
         let dir = self.path(parent(path));
         blocking(move || {
             let mut file = None;
@@ -271,4 +279,16 @@ impl Volume for RealVolume {
         })
         .await
     }
+}
+
+/// This machine's name, for temporary file names: `HOSTNAME` (a Kubernetes pod's name), else
+/// /etc/hostname, else "host".
+fn host_name() -> String {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let name = std::env::var("HOSTNAME").ok().or_else(|| fs::read_to_string("/etc/hostname").ok());
+        let name = name.map(|n| n.trim().replace(['/', '\\'], "_")).filter(|n| !n.is_empty());
+        name.unwrap_or_else(|| "host".into())
+    })
+    .clone()
 }

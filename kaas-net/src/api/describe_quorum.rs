@@ -1,0 +1,57 @@
+//! DescribeQuorum (v0-v2), answered with what kaas has instead of a metadata quorum: the
+//! brokers' leases on the shared volume. Metadata is files there, and no broker leads it, so:
+//! - the leader is the broker Metadata and DescribeCluster name as controller (the lowest live
+//!   broker id), with no epoch (-1) and no high watermark (-1): there is no metadata log;
+//! - every broker with a lease that did not say it left is a voter, live or not, with log end
+//!   offset -1 and, as its last fetch and last caught-up times, when this broker last saw its
+//!   lease renewed. `kafka-metadata-quorum describe --status` then shows the stalest lease as
+//!   MaxFollowerLagTimeMs, and `--replication` each broker's;
+//! - there are no observers.
+
+use kaas_core::env::{Clock, Env};
+use kafka_protocol::messages::describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
+use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse, RequestHeader};
+
+use super::{text, topic};
+use crate::connection::Context;
+
+/// The topic Apache's metadata log lives in, which DescribeQuorum describes.
+const METADATA_TOPIC: &str = "__cluster_metadata";
+
+pub async fn handle<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    _request: DescribeQuorumRequest,
+) -> DescribeQuorumResponse {
+    let broker = &ctx.broker;
+    let view = broker.membership.view();
+    let (now, now_ms) = (broker.env.clock().monotonic(), broker.env.clock().now_ms());
+    let leases = view.leases_seen(now);
+    let voters = leases
+        .iter()
+        .map(|l| {
+            let renewed_ms = now_ms - l.unchanged_for.as_millis() as i64;
+            ReplicaState::default()
+                .with_replica_id(BrokerId(l.broker_id))
+                .with_log_end_offset(-1)
+                .with_last_fetch_timestamp(renewed_ms)
+                .with_last_caught_up_timestamp(renewed_ms)
+        })
+        .collect();
+    let nodes = leases
+        .iter()
+        .map(|l| {
+            let port = u16::try_from(l.port).unwrap_or(0);
+            let listener = Listener::default().with_name(text("PLAINTEXT")).with_host(text(&l.host)).with_port(port);
+            Node::default().with_node_id(BrokerId(l.broker_id)).with_listeners(vec![listener])
+        })
+        .collect();
+    let partition = PartitionData::default()
+        .with_partition_index(0)
+        .with_leader_id(BrokerId(super::controller_id(&view)))
+        .with_leader_epoch(-1)
+        .with_high_watermark(-1)
+        .with_current_voters(voters);
+    let metadata = TopicData::default().with_topic_name(topic(METADATA_TOPIC)).with_partitions(vec![partition]);
+    DescribeQuorumResponse::default().with_topics(vec![metadata]).with_nodes(nodes)
+}
