@@ -507,8 +507,10 @@ impl<E: Env> TopicManager<E> {
                     p.set_config(settings).await;
                 }
                 let from = state.meta.partitions.min(meta.partitions);
-                let existing = state.partitions.clone();
-                let state = self.start_partitions(meta, from, existing).await;
+                let (existing, assignments) = (state.partitions.clone(), state.assignments.clone());
+                let mut state = self.start_partitions(meta, from, existing).await;
+                // The same topic: its assignments hold until they are read again.
+                state.assignments = assignments;
                 self.topics.insert(name, Arc::new(state));
                 true
             }
@@ -873,8 +875,10 @@ impl<E: Env> TopicManager<E> {
         // A stray directory of a deleted topic's partition `p` is emptied by its first owner
         // (`partition::adopt_dir`).
         self.persist(&meta).await?;
-        let existing = state.partitions.clone();
-        let state = self.start_partitions(meta, current, existing).await;
+        let (existing, assignments) = (state.partitions.clone(), state.assignments.clone());
+        let mut state = self.start_partitions(meta, current, existing).await;
+        // Reassigned partitions stay where they were sent.
+        state.assignments = assignments;
         self.topics.insert(name.to_string(), Arc::new(state));
         self.publish();
         self.reconcile().await;
