@@ -17,6 +17,7 @@ use std::io;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::claims::{corrupt, numbered_name, parse_numbered_name};
 use super::reassignment::Assignment;
 use crate::env::{Volume, join};
 use crate::topics::TopicId;
@@ -32,22 +33,6 @@ struct RevisionFile {
     /// none.
     topic_id: TopicId,
     assignments: BTreeMap<i32, Assignment>,
-}
-
-fn revision_name(revision: u64) -> String {
-    format!("{revision:010}.json")
-}
-
-fn parse_revision_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".json")?;
-    if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {why}"))
 }
 
 /// One broker's reader and writer of the assignments; remembers the newest revision seen per
@@ -82,19 +67,19 @@ impl<V: Volume> AssignmentStore<V> {
         let dir = Self::dir(topic);
         let mut revision = match self.known.get(topic) {
             Some(&known) => known,
-            None => self.volume.list(&dir).await?.iter().filter_map(|n| parse_revision_name(n)).max().unwrap_or(0),
+            None => self.volume.list(&dir).await?.iter().filter_map(|n| parse_numbered_name(n)).max().unwrap_or(0),
         };
         // The newest revision written for this topic: a late write for an earlier topic of the
         // name (its broker cut off through the deletion) may come after it, and is passed over.
         let mut newest = None;
         if revision > 0 {
-            match self.read_revision(&join(&dir, &revision_name(revision))).await? {
+            match self.read_revision(&join(&dir, &numbered_name(revision))).await? {
                 Some(file) => newest = Some(file).filter(|f| f.topic_id == topic_id),
                 // Removed with its topic: start over.
                 None => revision = 0,
             }
         }
-        while let Some(file) = self.read_revision(&join(&dir, &revision_name(revision + 1))).await? {
+        while let Some(file) = self.read_revision(&join(&dir, &numbered_name(revision + 1))).await? {
             if file.revision != revision + 1 {
                 return Err(corrupt(&dir, format!("revision {} in the file of {}", file.revision, revision + 1)));
             }
@@ -119,7 +104,7 @@ impl<V: Volume> AssignmentStore<V> {
         let dir = Self::dir(topic);
         self.volume.create_dir_all(&dir).await?;
         let file = RevisionFile { format_version: FORMAT_VERSION, revision, topic_id, assignments };
-        let path = join(&dir, &revision_name(revision));
+        let path = join(&dir, &numbered_name(revision));
         let raw = Bytes::from(serde_json::to_vec_pretty(&file).expect("serialisable"));
         match self.volume.create_exclusive(&path, raw).await {
             Ok(()) => {}

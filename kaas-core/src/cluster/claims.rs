@@ -57,16 +57,27 @@ impl Kind {
     }
 }
 
-fn claim_name(epoch: u32) -> String {
-    format!("{epoch:010}.json")
+/// The name of a file numbered `n` in a directory of numbered files (claim epochs here,
+/// assignment revisions in `assignments`): ten digits, so that names sort as numbers.
+pub(super) fn numbered_name(n: u64) -> String {
+    format!("{n:010}.json")
 }
 
-fn parse_claim_name(name: &str) -> Option<u32> {
+/// The number of a file named by `numbered_name`; `None` for any other name (a temporary file).
+pub(super) fn parse_numbered_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".json")?;
     if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     digits.parse().ok()
+}
+
+fn claim_name(epoch: u32) -> String {
+    numbered_name(u64::from(epoch))
+}
+
+fn parse_claim_name(name: &str) -> Option<u32> {
+    parse_numbered_name(name).and_then(|n| u32::try_from(n).ok())
 }
 
 /// What the release of an epoch that was claimed but never served holds, when its claim was a
@@ -97,7 +108,7 @@ pub struct Claims<V: Volume> {
     uncertain: BTreeMap<(Kind, String), (ClaimFile, bool)>,
 }
 
-fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
+pub(super) fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {why}"))
 }
 
