@@ -2,7 +2,7 @@
 //! nothing here knows the wire. Each says whether its effect is unknown (a retry may find the
 //! operation done) or none (nothing happened), which is what the simulator's checker needs.
 
-use crate::log::batch::BatchError;
+use crate::partition::log::batch::BatchError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoreError {
@@ -105,11 +105,11 @@ impl From<BatchError> for CoreError {
     }
 }
 
-impl From<crate::log::LogError> for CoreError {
-    fn from(e: crate::log::LogError) -> Self {
+impl From<crate::partition::log::LogError> for CoreError {
+    fn from(e: crate::partition::log::LogError) -> Self {
         match e {
-            crate::log::LogError::OffsetOutOfRange => CoreError::OffsetOutOfRange,
-            crate::log::LogError::Fenced(_) => CoreError::NotLeaderOrFollower,
+            crate::partition::log::LogError::OffsetOutOfRange => CoreError::OffsetOutOfRange,
+            crate::partition::log::LogError::Fenced(_) => CoreError::NotLeaderOrFollower,
             other => CoreError::Storage(other.to_string()),
         }
     }

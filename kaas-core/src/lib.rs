@@ -67,9 +67,8 @@ pub mod env;
 pub mod error;
 pub mod group;
 pub mod hex;
-pub mod log;
+pub mod participant;
 pub mod partition;
-pub mod producer;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod topics;

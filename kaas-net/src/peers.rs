@@ -1,4 +1,4 @@
-//! The wire client of `kaas_core::cluster::peers`: what this broker asks of its peers, sent
+//! The wire client of `kaas_core::txn::peers`: what this broker asks of its peers, sent
 //! as the Kafka requests Apache's brokers send each other. Markers go as WriteTxnMarkers (v1),
 //! verification as AddPartitionsToTxn (v4, verify_only).
 //!
@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kaas_core::cluster::peers::{self, Endpoint, Markers, PeerCall};
 use kaas_core::env::{Clock, Env, Net, Spawner};
-use kaas_core::txn::coordinator::{Join, TxnMember};
+use kaas_core::participant::{Join, Participant};
+use kaas_core::txn::peers::{self, Endpoint, Markers, PeerCall};
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
@@ -51,7 +51,7 @@ struct Job {
     answer: Box<dyn FnOnce(Option<Bytes>) + Send>,
 }
 
-/// Serves the calls of `kaas_core::cluster::peers` until shutdown.
+/// Serves the calls of `kaas_core::txn::peers` until shutdown.
 pub async fn serve<E: Env>(env: E, broker_id: i32, mut calls: mpsc::Receiver<PeerCall>, mut shutdown: ShutdownSignal) {
     let mut links: BTreeMap<Endpoint, mpsc::Sender<Job>> = BTreeMap::new();
     loop {
@@ -87,9 +87,9 @@ fn job_of(call: PeerCall) -> (Endpoint, Job) {
     }
 }
 
-fn write_markers(markers: Markers, reply: oneshot::Sender<Vec<(TxnMember, CoreResult<()>)>>) -> Job {
+fn write_markers(markers: Markers, reply: oneshot::Sender<Vec<(Participant, CoreResult<()>)>>) -> Job {
     let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
-    for member in &markers.members {
+    for member in &markers.participants {
         let (name, partition) = peers::member_on_wire(member);
         match topics.iter_mut().find(|t| t.name.0.as_str() == name) {
             Some(t) => t.partition_indexes.push(partition),
@@ -106,7 +106,7 @@ fn write_markers(markers: Markers, reply: oneshot::Sender<Vec<(TxnMember, CoreRe
             .with_coordinator_epoch(markers.coordinator_epoch)
             .with_topics(topics),
     ]);
-    let members = markers.members;
+    let members = markers.participants;
     Job {
         key: ApiKey::WriteTxnMarkers,
         version: WRITE_TXN_MARKERS_VERSION,
@@ -135,7 +135,7 @@ fn write_markers(markers: Markers, reply: oneshot::Sender<Vec<(TxnMember, CoreRe
     }
 }
 
-/// A fence as a marker naming no partition (`kaas_core::cluster::peers`).
+/// A fence as a marker naming no partition (`kaas_core::txn::peers`).
 fn fence(producer_id: i64, producer_epoch: i16, reply: oneshot::Sender<CoreResult<()>>) -> Job {
     let request = WriteTxnMarkersRequest::default().with_markers(vec![
         WritableTxnMarker::default()
@@ -158,7 +158,7 @@ fn verify(
     transactional_id: String,
     producer_id: i64,
     producer_epoch: i16,
-    member: TxnMember,
+    member: Participant,
     join: Join,
     reply: oneshot::Sender<CoreResult<()>>,
 ) -> Job {

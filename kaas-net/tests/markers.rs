@@ -1,7 +1,7 @@
 //! Transaction markers as kaas writes them decode as Kafka control records with another
 //! implementation's decoder (the kafka-protocol crate's), so clients will read them as such.
 
-use kaas_core::log::control::{Marker, marker_batch};
+use kaas_core::partition::log::control::{Marker, marker_batch};
 use kafka_protocol::records::RecordBatchDecoder;
 
 #[test]

@@ -17,10 +17,10 @@ use std::io;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::TopicId;
 use super::claims::{corrupt, numbered_name, parse_numbered_name};
 use super::reassignment::Assignment;
 use crate::env::{Volume, join};
-use crate::topics::TopicId;
 
 pub const ASSIGNMENTS_DIR: &str = "__cluster/assignments";
 const FORMAT_VERSION: u32 = 1;

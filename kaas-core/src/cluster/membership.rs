@@ -61,6 +61,14 @@ struct Observation {
     read_at: Instant,
 }
 
+/// A peer broker's endpoint, as its lease advertises it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub broker_id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
 /// The cluster as this broker sees it, replaced whole on every change.
 #[derive(Debug, Clone)]
 pub struct ClusterView {
@@ -176,14 +184,14 @@ impl ClusterView {
 
     /// The endpoint of the peer that should own `key`; `None` when that is this broker, or no
     /// broker is live (then this one answers, and refuses what it does not own).
-    pub fn peer_owning(&self, key: &str) -> Option<super::Endpoint> {
+    pub fn peer_owning(&self, key: &str) -> Option<Endpoint> {
         self.endpoint_of(self.owner_of(key)?)
     }
 
     /// The endpoint of live peer `owner`; `None` for this broker or a broker not live.
-    pub fn endpoint_of(&self, owner: i32) -> Option<super::Endpoint> {
+    pub fn endpoint_of(&self, owner: i32) -> Option<Endpoint> {
         let peer = self.live.get(&owner).filter(|_| owner != self.me)?;
-        Some(super::Endpoint { broker_id: owner, host: peer.host.clone(), port: peer.port })
+        Some(Endpoint { broker_id: owner, host: peer.host.clone(), port: peer.port })
     }
 
     /// Whether `broker_id` has a lease on the volume, live or not, or is this broker: a broker
@@ -195,12 +203,12 @@ impl ClusterView {
     /// Every peer with a lease on the volume that did not say it left, live or not yet known
     /// to be: who must hear of a fence. A broker that just started sees no peer live for a
     /// heartbeat, but its peers may serve all the same.
-    pub fn peers_with_lease(&self) -> Vec<super::Endpoint> {
+    pub fn peers_with_lease(&self) -> Vec<Endpoint> {
         self.observed
             .iter()
             .filter(|(id, _)| **id != self.me)
             .filter_map(|(&broker_id, o)| o.lease.as_ref().filter(|l| !l.leaving).map(|l| (broker_id, l)))
-            .map(|(broker_id, l)| super::Endpoint { broker_id, host: l.host.clone(), port: l.port })
+            .map(|(broker_id, l)| Endpoint { broker_id, host: l.host.clone(), port: l.port })
             .collect()
     }
 

@@ -14,16 +14,21 @@ pub mod assignments;
 pub mod claims;
 pub mod lease;
 pub mod membership;
-pub mod peers;
+pub mod ownership;
+pub mod producer_ids;
 pub mod reassignment;
 
 pub use claims::{Claimed, Claims, Kind};
-pub use membership::{ClusterView, LeaseSeen, MembershipHandle, Peer};
-pub use peers::{Endpoint, PeersHandle};
+pub use membership::{ClusterView, Endpoint, LeaseSeen, MembershipHandle, Peer};
 
-/// The ownership key of a partition: its directory name, `<topic>-<partition>`.
+/// A topic's id (Kafka's topic UUID), which a topic keeps for life: a topic deleted and made
+/// again under its name has another.
+pub type TopicId = [u8; 16];
+
+/// The ownership key of a partition, `<topic>-<partition>`, which is also the name of its
+/// directory on the volume (`topics::partition_dir`).
 pub fn partition_key(topic: &str, partition: i32) -> String {
-    crate::topics::partition_dir(topic, partition)
+    format!("{topic}-{partition}")
 }
 
 /// The ownership key of a transaction slot (`txn::state::slot`).

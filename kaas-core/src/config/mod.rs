@@ -7,7 +7,7 @@ pub mod settings;
 use std::collections::BTreeMap;
 
 use crate::group::migration::MigrationPolicy;
-use crate::log::LogConfig;
+use crate::partition::log::LogConfig;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerConfig {

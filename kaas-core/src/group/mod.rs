@@ -28,7 +28,8 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Duration, Instant};
 
-use crate::cluster::{Claims, ClusterView, Kind, MembershipHandle, group_key};
+use crate::cluster::ownership::Ownership;
+use crate::cluster::{ClusterView, Kind, MembershipHandle, group_key};
 use crate::config::BrokerConfig;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
@@ -332,9 +333,8 @@ struct GroupCoordinator<E: Env> {
     completions: u64,
     last_completion: BTreeMap<(String, i64), u64>,
     membership: MembershipHandle,
-    claims: Claims<E::Volume>,
-    /// Groups this broker owns: group id -> (epoch, lease session).
-    held: BTreeMap<String, (u32, u64)>,
+    /// The groups this broker holds: group id -> epoch and lease session.
+    ownership: Ownership<E::Volume, String>,
 }
 
 /// Starts the coordinator and takes over the groups with offsets that the view gives it.
@@ -354,9 +354,8 @@ pub async fn start<E: Env>(
         parked_syncs: BTreeMap::new(),
         completions: 0,
         last_completion: BTreeMap::new(),
-        claims: Claims::new(env.volume().clone()),
+        ownership: Ownership::new(env.volume().clone(), Kind::Group, |group_id| group_key(group_id)),
         membership,
-        held: BTreeMap::new(),
     };
     coordinator.reconcile().await;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
@@ -408,12 +407,12 @@ impl<E: Env> GroupCoordinator<E> {
             self.give_up(group_id).await;
             return Err(CoreError::NotCoordinator);
         }
-        match self.held.get(group_id) {
-            Some(&(_, session)) if session == view.session => return Ok(()),
+        match self.ownership.held(group_id) {
+            Some(held) if held.session == view.session => return Ok(()),
             Some(_) => self.give_up(group_id).await,
             None => {}
         }
-        let claimed = match self.claims.try_claim(Kind::Group, &key, &view, now).await {
+        let claimed = match self.ownership.claim(&group_id.to_string(), &view, now).await {
             Ok(Some(claimed)) => claimed,
             Ok(None) => return Err(CoreError::CoordinatorLoadInProgress),
             Err(e) => return Err(CoreError::Storage(e.to_string())),
@@ -422,7 +421,6 @@ impl<E: Env> GroupCoordinator<E> {
             // Reported, never guessed at: the group stays unavailable, and the claim ours.
             tracing::error!(group = group_id, error = ?e, "cannot load the group's offsets");
             self.offsets.release(group_id);
-            self.held.insert(group_id.to_string(), (claimed.epoch, view.session));
             self.give_up(group_id).await;
             return Err(e);
         }
@@ -441,7 +439,6 @@ impl<E: Env> GroupCoordinator<E> {
             }
             None => {}
         }
-        self.held.insert(group_id.to_string(), (claimed.epoch, view.session));
         tracing::info!(group = group_id, epoch = claimed.epoch, "took over group");
         Ok(())
     }
@@ -449,7 +446,9 @@ impl<E: Env> GroupCoordinator<E> {
     /// Forgets a group this broker no longer owns (its members rejoin at the new owner) and
     /// releases its claim.
     async fn give_up(&mut self, group_id: &str) {
-        let Some((epoch, _)) = self.held.remove(group_id) else { return };
+        if self.ownership.held(group_id).is_none() {
+            return;
+        }
         self.offsets.release(group_id);
         self.groups.remove(group_id);
         self.consumer_groups.remove(group_id);
@@ -465,21 +464,16 @@ impl<E: Env> GroupCoordinator<E> {
                 let _ = tx.send(Err(CoreError::NotCoordinator));
             }
         }
-        self.release(group_id.to_string(), epoch).await;
-    }
-
-    /// Writes the release of a group given up (retried by `Claims` if the volume refuses).
-    async fn release(&mut self, group_id: String, epoch: u32) {
-        self.claims.release(Kind::Group, &group_key(&group_id), epoch).await;
+        self.ownership.release(group_id).await;
     }
 
     /// Gives up the groups the view moved away (or that a lapsed lease session held), and takes
     /// over those with offsets on the volume that it gives this broker.
     async fn reconcile(&mut self) {
-        self.claims.retry_releases().await;
+        self.ownership.retry_releases().await;
         let view = self.membership.view();
         let now = self.env.clock().monotonic();
-        let held: Vec<(String, u64)> = self.held.iter().map(|(g, &(_, s))| (g.clone(), s)).collect();
+        let held: Vec<(String, u64)> = self.ownership.iter().map(|(g, held)| (g.clone(), held.session)).collect();
         for (group_id, session) in held {
             if !view.should_own(&group_key(&group_id), now) || session != view.session {
                 self.give_up(&group_id).await;
@@ -493,7 +487,7 @@ impl<E: Env> GroupCoordinator<E> {
             }
         };
         for group_id in listed {
-            if !self.held.contains_key(&group_id) && view.should_own(&group_key(&group_id), now) {
+            if self.ownership.held(&group_id).is_none() && view.should_own(&group_key(&group_id), now) {
                 let _ = self.acquire(&group_id).await;
             }
         }
@@ -502,8 +496,7 @@ impl<E: Env> GroupCoordinator<E> {
     /// After a write: the ack may go only if the lease it was made under still holds.
     async fn verify_lease(&mut self, group_id: &str) -> CoreResult<()> {
         let view = self.membership.view();
-        let held = self.held.get(group_id).map(|&(_, s)| s);
-        if held == Some(view.session) && view.lease_valid(self.env.clock().monotonic()) {
+        if self.ownership.holds_in(group_id, view.session) && view.lease_valid(self.env.clock().monotonic()) {
             return Ok(());
         }
         self.give_up(group_id).await;

@@ -22,17 +22,19 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Duration, Instant};
 
 use super::marker_queue::{self, Queued};
-use super::state::{self, EndOutcome, InitOutcome, Member, TopicPartition, TxnEntry, TxnError, TxnState};
+use super::markers;
+use super::state::{self, EndOutcome, InitOutcome, TopicPartition, TxnEntry, TxnError, TxnState};
 use super::store::TxnStore;
-use crate::cluster::peers::{self, Endpoint, PeersHandle};
-use crate::cluster::{Claims, Kind, MembershipHandle, group_key, txn_slot_key};
+use crate::cluster::ownership::Ownership;
+use crate::cluster::producer_ids::ProducerIdsHandle;
+use crate::cluster::{Kind, MembershipHandle, group_key, txn_slot_key};
 use crate::config::BrokerConfig;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::group::GroupsHandle;
-use crate::log::control::Marker;
-use crate::producer::ids::ProducerIdsHandle;
+use crate::participant::{Join, Participant};
 use crate::topics::TopicsHandle;
+use crate::txn::peers::{self, Endpoint, PeersHandle};
 
 const QUEUE_CAPACITY: usize = 1024;
 /// The wait before a failed dispatch is tried again.
@@ -45,23 +47,6 @@ const COORDINATOR_EPOCH: i32 = 0;
 /// The steps of EndTxn at which the simulator crashes the broker (`kaas-sim`'s txn-crash).
 pub const CRASH_POINTS: [&str; 5] =
     ["txn.before_prepare", "txn.after_prepare", "txn.between_markers", "txn.before_complete", "txn.after_complete"];
-
-/// How a transactional write joins its producer's transaction (KIP-890).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Join {
-    /// The member must be in the open transaction already: the client added it (v1).
-    Verify,
-    /// The write adds the member, opening the transaction if none is (v2: Produce v12+,
-    /// TxnOffsetCommit v5+).
-    Add,
-}
-
-/// What a transactional write must belong to, for `verify`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum TxnMember {
-    Partition(TopicPartition),
-    Group(String),
-}
 
 /// Where an answer naming a producer id and epoch goes (InitProducerId, EndTxn).
 type IdsReply = oneshot::Sender<CoreResult<(i64, i16)>>;
@@ -99,7 +84,7 @@ enum Command {
         transactional_id: String,
         producer_id: i64,
         producer_epoch: i16,
-        member: TxnMember,
+        member: Participant,
         join: Join,
         reply: oneshot::Sender<CoreResult<()>>,
     },
@@ -216,7 +201,7 @@ impl TxnCoordinatorHandle {
         transactional_id: String,
         producer_id: i64,
         producer_epoch: i16,
-        member: TxnMember,
+        member: Participant,
         join: Join,
     ) -> CoreResult<()> {
         self.ask(|reply| Command::Verify { transactional_id, producer_id, producer_epoch, member, join, reply }).await
@@ -268,12 +253,12 @@ struct TxnCoordinator<E: Env> {
     membership: MembershipHandle,
     peers: PeersHandle,
     /// Slots this broker coordinates now: the ownership epoch it claimed each under and the
-    /// lease session it claimed it in. A slot (re)gained is claimed anew and read again.
-    owned_slots: BTreeMap<u32, (u32, u64)>,
     /// When (this broker's wall clock) each owned slot was taken: its transactions' timeouts
     /// run from then at the earliest, since their start times came from another clock.
     taken_at_ms: BTreeMap<u32, i64>,
-    claims: Claims<E::Volume>,
+    /// Slots this broker coordinates now: the ownership epoch it claimed each under and the
+    /// lease session it claimed it in. A slot (re)gained is claimed anew and read again.
+    ownership: Ownership<E::Volume, u32>,
     /// When the fence watcher next reads the peers' slot files.
     next_watch: Instant,
     /// A slot given up dropped changes staged since the last flush.
@@ -290,12 +275,12 @@ pub async fn start<E: Env>(
     membership: MembershipHandle,
     peers: PeersHandle,
 ) -> CoreResult<TxnCoordinatorHandle> {
-    let mut claims = Claims::new(env.volume().clone());
+    let mut ownership = Ownership::new(env.volume().clone(), Kind::TxnSlot, |&slot| txn_slot_key(slot));
     let mut slot_epochs = BTreeMap::new();
     for slot in 0..state::SLOTS {
-        let current = claims.current(Kind::TxnSlot, &txn_slot_key(slot)).await;
+        let current = ownership.current_epoch(&slot).await;
         let current = current.map_err(|e| CoreError::Storage(format!("transaction slot {slot}: {e}")))?;
-        slot_epochs.insert(slot, current.map_or(0, |c| c.epoch));
+        slot_epochs.insert(slot, current);
     }
     let store = TxnStore::load(env.volume().clone(), &slot_epochs).await?;
     // Fences live in memory: after a restart every partition learns every epoch again, before
@@ -318,9 +303,8 @@ pub async fn start<E: Env>(
         retry_at: Some(env.clock().monotonic()),
         membership,
         peers,
-        owned_slots: BTreeMap::new(),
         taken_at_ms: BTreeMap::new(),
-        claims,
+        ownership,
         next_watch: env.clock().monotonic(),
         dropped_staged: false,
     };
@@ -400,8 +384,8 @@ impl<E: Env> TxnCoordinator<E> {
             flushed = Err(CoreError::NotCoordinator);
         }
         for (slot, epoch) in written.clone().unwrap_or_default() {
-            match self.claims.current(Kind::TxnSlot, &txn_slot_key(slot)).await {
-                Ok(Some(claim)) if claim.epoch == epoch => {}
+            match self.ownership.current_epoch(&slot).await {
+                Ok(current) if current == epoch => {}
                 // A newer claim (or none readable): this broker is not the slot's coordinator.
                 _ => {
                     tracing::warn!(slot, epoch, "a peer claimed a slot written under an older epoch; giving it up");
@@ -464,7 +448,7 @@ impl<E: Env> TxnCoordinator<E> {
     /// slots the view gives this broker are taken (read from their files) first, so that a
     /// prepared transaction of a slot gained is finished without waiting for a client.
     async fn tick(&mut self, after: &mut Vec<After>) {
-        self.claims.retry_releases().await;
+        self.ownership.retry_releases().await;
         for slot in 0..state::SLOTS {
             if let Err(e) = self.own_slot(slot).await
                 && !matches!(e, CoreError::NotCoordinator | CoreError::CoordinatorLoadInProgress)
@@ -526,12 +510,12 @@ impl<E: Env> TxnCoordinator<E> {
             self.give_up_slot(slot).await;
             return Err(CoreError::NotCoordinator);
         }
-        match self.owned_slots.get(&slot) {
-            Some(&(_, session)) if session == view.session => return Ok(()),
+        match self.ownership.held(&slot) {
+            Some(held) if held.session == view.session => return Ok(()),
             Some(_) => self.give_up_slot(slot).await,
             None => {}
         }
-        let claimed = match self.claims.try_claim(Kind::TxnSlot, &key, &view, now).await {
+        let claimed = match self.ownership.claim(&slot, &view, now).await {
             Ok(Some(claimed)) => claimed,
             // The previous coordinator has not let go yet, nor is it gone for sure.
             Ok(None) => return Err(CoreError::CoordinatorLoadInProgress),
@@ -539,12 +523,10 @@ impl<E: Env> TxnCoordinator<E> {
         };
         if let Err(e) = self.store.take_slot(slot, claimed.epoch).await {
             tracing::error!(slot, error = ?e, "cannot read a transaction slot taken over");
-            self.owned_slots.insert(slot, (claimed.epoch, view.session));
             self.give_up_slot(slot).await;
             return Err(e);
         }
         tracing::info!(slot, epoch = claimed.epoch, "took over transaction slot");
-        self.owned_slots.insert(slot, (claimed.epoch, view.session));
         self.taken_at_ms.insert(slot, self.env.clock().now_ms());
         Ok(())
     }
@@ -552,7 +534,9 @@ impl<E: Env> TxnCoordinator<E> {
     /// Stops coordinating `slot`: what is staged in it is dropped (its next owner finishes it),
     /// waiting EndTxns are told to look again, and the claim is released.
     async fn give_up_slot(&mut self, slot: u32) {
-        let Some((epoch, _)) = self.owned_slots.remove(&slot) else { return };
+        if self.ownership.held(&slot).is_none() {
+            return;
+        }
         // A change staged in the slot since the last flush is dropped: the answers of this
         // group commit are all sent as retriable, none as done.
         self.dropped_staged |= self.store.give_up_slot(slot);
@@ -562,7 +546,7 @@ impl<E: Env> TxnCoordinator<E> {
                 let _ = reply.send(Err(CoreError::NotCoordinator));
             }
         }
-        self.claims.release(Kind::TxnSlot, &txn_slot_key(slot), epoch).await;
+        self.ownership.release(&slot).await;
     }
 
     /// The fence watcher: every heartbeat, reads the slots peers coordinate and fences this
@@ -572,9 +556,10 @@ impl<E: Env> TxnCoordinator<E> {
         self.next_watch =
             self.env.clock().monotonic() + Duration::from_millis(self.config.broker_heartbeat_interval_ms);
         let mut bumped = BTreeMap::new();
-        for slot in (0..state::SLOTS).filter(|s| !self.owned_slots.contains_key(s)) {
-            let epoch = match self.claims.current(Kind::TxnSlot, &txn_slot_key(slot)).await {
-                Ok(current) => current.map_or(0, |c| c.epoch),
+        let peers_slots: Vec<u32> = (0..state::SLOTS).filter(|s| self.ownership.held(s).is_none()).collect();
+        for slot in peers_slots {
+            let epoch = match self.ownership.current_epoch(&slot).await {
+                Ok(epoch) => epoch,
                 Err(e) => {
                     tracing::debug!(slot, error = %e, "fence watcher cannot read a slot's claim");
                     continue;
@@ -593,7 +578,7 @@ impl<E: Env> TxnCoordinator<E> {
     fn coordinates(&self, transactional_id: &str) -> bool {
         let slot = state::slot(transactional_id);
         let view = self.membership.view();
-        self.owned_slots.get(&slot).is_some_and(|&(_, session)| session == view.session)
+        self.ownership.holds_in(&slot, view.session)
             && view.should_own(&txn_slot_key(slot), self.env.clock().monotonic())
     }
 
@@ -638,19 +623,15 @@ impl<E: Env> TxnCoordinator<E> {
             Command::Verify { transactional_id, producer_id, producer_epoch, member, join, reply } => {
                 // Answered after the flush: the state it was checked against (or the member
                 // added) is durable by then.
-                let member = match &member {
-                    TxnMember::Partition(tp) => Member::Partition(tp),
-                    TxnMember::Group(g) => Member::Group(g),
-                };
                 let result = match join {
                     Join::Verify => match self.store.get(&transactional_id) {
                         None => Err(CoreError::InvalidProducerIdMapping),
                         Some(entry) => {
-                            state::verify(entry, producer_id, producer_epoch, member).map_err(CoreError::from)
+                            state::verify(entry, producer_id, producer_epoch, &member).map_err(CoreError::from)
                         }
                     },
                     Join::Add => self.update_if(&transactional_id, |e| {
-                        state::add_implicitly(e, producer_id, producer_epoch, member, now_ms)
+                        state::add_implicitly(e, producer_id, producer_epoch, &member, now_ms)
                     }),
                 };
                 after.push(After::Reply(reply, result));
@@ -868,56 +849,27 @@ pub(crate) async fn fence_everywhere(topics: &TopicsHandle, epochs: Arc<BTreeMap
     topics.fence(epochs).await;
 }
 
-/// Writes the markers of a prepared transaction into every partition it touched and ends the
-/// staged offsets of its groups, here for what this broker owns and by WriteTxnMarkers to the
-/// owner of the rest (left in the marker queue first, in case the call is lost), and waits
-/// until every one is durable.
+/// Writes the markers of a prepared transaction into every participant: here (`markers`, the
+/// path every marker takes on the broker that owns its participant) for what this broker owns,
+/// and by WriteTxnMarkers to the owner of the rest (left in the marker queue first, in case the
+/// call is lost); then waits until every one is durable. Groups end last, once every
+/// partition's marker is durable.
 async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreResult<()> {
     let commit = entry.state == TxnState::PrepareCommit;
-    let marker = if commit { Marker::Commit } else { Marker::Abort };
-    let mut snapshot = to.topics.snapshot();
-    if entry.partitions.iter().any(|(t, i)| snapshot.partition(t, *i).is_none()) {
-        // A coordinator that just took the slot over may not have heard of a peer's topic yet.
-        to.topics.refresh(entry.partitions.iter().map(|(t, _)| t.as_str())).await;
-        snapshot = to.topics.snapshot();
-    }
-    let view = to.membership.view();
-    let mut local = Vec::new();
-    let mut remote: BTreeMap<Endpoint, Vec<TxnMember>> = BTreeMap::new();
-    for (topic, index) in &entry.partitions {
-        let Some(partition) = snapshot.partition(topic, *index) else {
-            // Deleted since, and owing nothing, only if its file says so: a topic this broker
-            // cannot serve yet (its file read, not yet adopted) still gets its marker.
-            match crate::topics::read_meta(to.env.volume(), topic).await? {
-                Some(meta) if *index < meta.partitions => return Err(CoreError::NotLeaderOrFollower),
-                _ => {}
-            }
-            tracing::info!(transactional_id = %entry.transactional_id, topic, index, "no marker for a partition deleted since");
-            continue;
-        };
-        match snapshot.owner(topic, *index, &view).and_then(|owner| view.endpoint_of(owner)) {
-            Some(peer) => remote.entry(peer).or_default().push(TxnMember::Partition((topic.clone(), *index))),
-            None => local
-                .push(partition.queue_marker(entry.producer_id, entry.producer_epoch, marker, COORDINATOR_EPOCH).await),
-        }
-    }
-    let mut local_groups = Vec::new();
-    for group_id in &entry.groups {
-        match view.peer_owning(&group_key(group_id)) {
-            Some(peer) => remote.entry(peer).or_default().push(TxnMember::Group(group_id.clone())),
-            None => local_groups.push(group_id),
-        }
-    }
-    tracing::debug!(transactional_id = %entry.transactional_id, local = local.len(), ?remote, "writing markers");
+    let (local, remote) = route(to, entry).await?;
+    let markers_of = |participants: Vec<Participant>| peers::Markers {
+        producer_id: entry.producer_id,
+        producer_epoch: entry.producer_epoch,
+        commit,
+        coordinator_epoch: COORDINATOR_EPOCH,
+        participants,
+    };
+    let local = markers::queue_here(&to.topics, &markers_of(local)).await;
+    let (local_partitions, local_groups): (Vec<_>, Vec<_>) = local.into_iter().partition(|d| d.is_partition());
+    tracing::debug!(transactional_id = %entry.transactional_id, local = local_partitions.len(), ?remote, "writing markers");
     let mut asked = Vec::new();
     for (peer, members) in remote {
-        let markers = peers::Markers {
-            producer_id: entry.producer_id,
-            producer_epoch: entry.producer_epoch,
-            commit,
-            coordinator_epoch: COORDINATOR_EPOCH,
-            members: members.clone(),
-        };
+        let markers = markers_of(members.clone());
         // The entries of every peer are written at once; each call goes once its entry is
         // durable, since the peer writes only what an entry owes (`marker_queue`).
         let (done, queued) = oneshot::channel();
@@ -936,14 +888,14 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
         called.push((peer, members, queued, answer));
     }
     if !crate::mutant!(CompleteBeforeMarkersDurable) {
-        let markers = local.len() + called.iter().map(|(_, m, _, _)| m.len()).sum::<usize>();
+        let markers = local_partitions.len() + called.iter().map(|(_, m, _, _)| m.len()).sum::<usize>();
         let mut durable = 0;
         let mut first_durable = || {
             durable += 1;
             durable == 1 && markers > 1 && crate::crash_point!("txn.between_markers")
         };
-        for written in local {
-            written.await.unwrap_or_else(|_| Err(CoreError::Storage("partition stopped".into())))?;
+        for delivery in local_partitions {
+            delivery.durable(&to.groups).await.1?;
             if first_durable() {
                 crate::park_for_crash().await;
             }
@@ -957,13 +909,54 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
             }
         }
     }
-    for group_id in local_groups {
-        to.groups.complete_txn(group_id.clone(), entry.producer_id, commit).await?;
+    for delivery in local_groups {
+        delivery.durable(&to.groups).await.1?;
     }
     if crate::crash_point!("txn.before_complete") {
         crate::park_for_crash().await;
     }
     Ok(())
+}
+
+/// Where each participant of a prepared entry gets its marker: the participants this broker
+/// owns (partitions first, then groups, as the entry lists them), and by peer the others. A
+/// partition deleted since owes nothing.
+async fn route<E: Env>(
+    to: &MarkerRoutes<E>,
+    entry: &TxnEntry,
+) -> CoreResult<(Vec<Participant>, BTreeMap<Endpoint, Vec<Participant>>)> {
+    let mut snapshot = to.topics.snapshot();
+    if entry.partitions.iter().any(|(t, i)| snapshot.partition(t, *i).is_none()) {
+        // A coordinator that just took the slot over may not have heard of a peer's topic yet.
+        to.topics.refresh(entry.partitions.iter().map(|(t, _)| t.as_str())).await;
+        snapshot = to.topics.snapshot();
+    }
+    let view = to.membership.view();
+    let mut local = Vec::new();
+    let mut remote: BTreeMap<Endpoint, Vec<Participant>> = BTreeMap::new();
+    for participant in entry.participants() {
+        let peer = match &participant {
+            Participant::Partition((topic, index)) => {
+                if snapshot.partition(topic, *index).is_none() {
+                    // Deleted since, and owing nothing, only if its file says so: a topic this
+                    // broker cannot serve yet (its file read, not yet adopted) still gets its marker.
+                    match crate::topics::read_meta(to.env.volume(), topic).await? {
+                        Some(meta) if *index < meta.partitions => return Err(CoreError::NotLeaderOrFollower),
+                        _ => {}
+                    }
+                    tracing::info!(transactional_id = %entry.transactional_id, topic, index, "no marker for a partition deleted since");
+                    continue;
+                }
+                snapshot.owner(topic, *index, &view).and_then(|owner| view.endpoint_of(owner))
+            }
+            Participant::Group(group_id) => view.peer_owning(&group_key(group_id)),
+        };
+        match peer {
+            Some(peer) => remote.entry(peer).or_default().push(participant),
+            None => local.push(participant),
+        }
+    }
+    Ok((local, remote))
 }
 
 /// Waits until a peer's markers are durable: the peer answered the call, or (the call lost) its
@@ -972,9 +965,9 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
 async fn await_peer<E: Env>(
     to: &MarkerRoutes<E>,
     peer: &Endpoint,
-    members: &[TxnMember],
+    members: &[Participant],
     queued: &Queued<E::Volume>,
-    answer: oneshot::Receiver<Vec<(TxnMember, CoreResult<()>)>>,
+    answer: oneshot::Receiver<Vec<(Participant, CoreResult<()>)>>,
 ) -> CoreResult<()> {
     let live = || to.membership.view().live.contains_key(&peer.broker_id);
     let storage = |e: std::io::Error| CoreError::Storage(format!("marker queue of broker {}: {e}", peer.broker_id));

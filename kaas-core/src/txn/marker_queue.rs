@@ -32,14 +32,14 @@ use tokio::sync::{oneshot, watch};
 
 use crate::cluster::ClusterView;
 use crate::cluster::claims::{Claims, Kind};
-use crate::cluster::peers::Markers;
 use crate::cluster::txn_key;
 use crate::env::{Clock, Env, Spawner, Volume, join};
 use crate::error::{CoreError, CoreResult};
 use crate::group::GroupsHandle;
+use crate::participant::Participant;
 use crate::topics::TopicsHandle;
-use crate::txn::coordinator::TxnMember;
 use crate::txn::markers::write_markers_here;
+use crate::txn::peers::Markers;
 use crate::txn::state::TxnState;
 use crate::txn::store;
 
@@ -222,7 +222,7 @@ pub async fn apply_called<E: Env>(
     topics: TopicsHandle,
     groups: GroupsHandle,
     markers: Markers,
-) -> Vec<(TxnMember, CoreResult<()>)> {
+) -> Vec<(Participant, CoreResult<()>)> {
     let (reply, answer) = oneshot::channel();
     let mut applier = Applier::new(env, broker_id, topics, groups);
     env.spawner().spawn("marker-call", async move {
@@ -274,7 +274,7 @@ impl<E: Env> Applier<E> {
     }
 
     /// `apply_called`'s body: the answers to the call, one per member it names.
-    async fn apply_call(&mut self, markers: &Markers) -> Vec<(TxnMember, CoreResult<()>)> {
+    async fn apply_call(&mut self, markers: &Markers) -> Vec<(Participant, CoreResult<()>)> {
         let volume = self.env.volume().clone();
         let queued = queued_path(self.broker_id, markers);
         let taken = calling(&queued);
@@ -286,7 +286,7 @@ impl<E: Env> Applier<E> {
                     if let Err(e) = volume.rename(&taken, &applying(&queued)).await {
                         tracing::warn!(path = taken, error = %e, "cannot hand a called entry to the watcher");
                     }
-                    return markers.members.iter().map(|m| (m.clone(), Err(e.clone()))).collect();
+                    return markers.participants.iter().map(|m| (m.clone(), Err(e.clone()))).collect();
                 }
             },
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -295,11 +295,11 @@ impl<E: Env> Applier<E> {
             }
             Err(e) => {
                 let e = CoreError::Storage(format!("{queued}: {e}"));
-                return markers.members.iter().map(|m| (m.clone(), Err(e.clone()))).collect();
+                return markers.participants.iter().map(|m| (m.clone(), Err(e.clone()))).collect();
             }
         };
         markers
-            .members
+            .participants
             .iter()
             .map(|member| match owed.iter().find(|(m, _)| m == member) {
                 Some((_, result)) => (member.clone(), result.clone()),
@@ -311,7 +311,7 @@ impl<E: Env> Applier<E> {
     /// Applies one taken entry, or removes it if it is stale (no answers then); kept, and an
     /// error, when any marker is not durable; turned into `.refused` when a member is owned
     /// elsewhere, the answers saying which.
-    async fn apply_one(&mut self, path: &str) -> CoreResult<Vec<(TxnMember, CoreResult<()>)>> {
+    async fn apply_one(&mut self, path: &str) -> CoreResult<Vec<(Participant, CoreResult<()>)>> {
         let volume = self.env.volume().clone();
         let storage = |e: io::Error| CoreError::Storage(format!("{path}: {e}"));
         let Some(raw) = volume.read(path).await.map_err(storage)? else { return Ok(Vec::new()) };
@@ -442,7 +442,7 @@ mod tests {
             producer_epoch: 3,
             commit: true,
             coordinator_epoch: 0,
-            members: vec![TxnMember::Partition(("t".into(), 0))],
+            participants: vec![Participant::Partition(("t".into(), 0))],
         }
     }
 }

@@ -1,50 +1,65 @@
-//! The owner's side of a transaction's markers: what WriteTxnMarkers from a peer coordinator
-//! and the marker watcher (`marker_queue`) both do with the markers addressed to this broker.
-//! Each marker goes into its partition's log, and each group's staged offsets are ended; every
-//! answer comes once that is durable.
+//! The one path by which a transaction's markers reach the participants this broker owns,
+//! whoever sends them: the coordinator for its own participants, WriteTxnMarkers from a peer
+//! coordinator or an admin, and the marker watcher (`marker_queue`). A partition gets a COMMIT
+//! or ABORT marker in its log; a group ends the offsets the producer staged. Every answer comes
+//! once that is durable.
 
 use tokio::sync::oneshot;
 
-use crate::broker::Broker;
-use crate::cluster::peers::Markers;
-use crate::env::Env;
 use crate::error::{CoreError, CoreResult};
 use crate::group::GroupsHandle;
-use crate::log::control::Marker;
+use crate::participant::Participant;
 use crate::partition::AppendOutcome;
+use crate::partition::log::control::Marker;
 use crate::topics::TopicsHandle;
-use crate::txn::coordinator::TxnMember;
-use crate::txn::marker_queue;
+use crate::txn::peers::Markers;
 
-impl<E: Env> Broker<E> {
-    /// Writes `markers` into the partitions and groups this broker owns (`write_markers_here`).
-    pub async fn write_markers_here(&self, markers: &Markers) -> Vec<(TxnMember, CoreResult<()>)> {
-        write_markers_here(&self.topics, &self.groups, markers).await
+/// One participant's marker on its way: queued on a partition (durable when its receiver
+/// answers), or a group's end, carried out when awaited.
+pub struct Delivery {
+    pub participant: Participant,
+    pending: Pending,
+    producer_id: i64,
+    commit: bool,
+}
+
+enum Pending {
+    Done(CoreResult<()>),
+    Marker(oneshot::Receiver<CoreResult<AppendOutcome>>),
+    Group(String),
+}
+
+impl Delivery {
+    /// Whether this is a partition's marker (queued already), not a group's end.
+    pub fn is_partition(&self) -> bool {
+        matches!(self.participant, Participant::Partition(_))
     }
 
-    /// Writes the markers a peer coordinator's call carries, by the marker queue's rule
-    /// (`marker_queue::apply_called`): only those its queued entry still owes.
-    pub async fn write_called_markers(&self, markers: Markers) -> Vec<(TxnMember, CoreResult<()>)> {
-        marker_queue::apply_called(&self.env, self.config.broker_id, self.topics.clone(), self.groups.clone(), markers)
-            .await
+    /// Waits until the marker is durable (a group's end: carries it out first).
+    pub async fn durable(self, groups: &GroupsHandle) -> (Participant, CoreResult<()>) {
+        let result = match self.pending {
+            Pending::Done(result) => result,
+            Pending::Marker(written) => match written.await {
+                Ok(written) => written.map(|_| ()),
+                Err(_) => Err(CoreError::Storage("partition stopped".into())),
+            },
+            Pending::Group(group_id) => groups.complete_txn(group_id, self.producer_id, self.commit).await,
+        };
+        (self.participant, result)
     }
 }
 
-/// Writes `markers` into the partitions and groups this broker owns, all queued before any is
-/// awaited (one group commit per partition); one answer per member, in order. A partition not
-/// owned here answers NOT_LEADER_OR_FOLLOWER, as its actor says.
-pub async fn write_markers_here(
-    topics: &TopicsHandle,
-    groups: &GroupsHandle,
-    markers: &Markers,
-) -> Vec<(TxnMember, CoreResult<()>)> {
+/// Queues `markers` on the partitions this broker owns, every one before any is awaited (one
+/// group commit per partition); one delivery per participant, in order. A partition not owned
+/// here answers NOT_LEADER_OR_FOLLOWER, as its actor says.
+pub async fn queue_here(topics: &TopicsHandle, markers: &Markers) -> Vec<Delivery> {
     let snapshot = topics.snapshot();
     let marker = if markers.commit { Marker::Commit } else { Marker::Abort };
-    let mut queued = Vec::new();
-    for member in &markers.members {
-        let pending = match member {
-            TxnMember::Group(group_id) => Pending::Group(group_id.clone()),
-            TxnMember::Partition((topic, index)) => match snapshot.partition(topic, *index) {
+    let mut queued = Vec::with_capacity(markers.participants.len());
+    for participant in &markers.participants {
+        let pending = match participant {
+            Participant::Group(group_id) => Pending::Group(group_id.clone()),
+            Participant::Partition((topic, index)) => match snapshot.partition(topic, *index) {
                 None => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
                 Some(partition) => Pending::Marker(
                     partition
@@ -53,25 +68,23 @@ pub async fn write_markers_here(
                 ),
             },
         };
-        queued.push((member.clone(), pending));
+        let (producer_id, commit) = (markers.producer_id, markers.commit);
+        queued.push(Delivery { participant: participant.clone(), pending, producer_id, commit });
     }
-    let mut answers = Vec::with_capacity(queued.len());
-    for (member, pending) in queued {
-        let result = match pending {
-            Pending::Done(result) => result,
-            Pending::Marker(written) => match written.await {
-                Ok(written) => written.map(|_| ()),
-                Err(_) => Err(CoreError::Storage("partition stopped".into())),
-            },
-            Pending::Group(group_id) => groups.complete_txn(group_id, markers.producer_id, markers.commit).await,
-        };
-        answers.push((member, result));
-    }
-    answers
+    assert_eq!(queued.len(), markers.participants.len(), "one delivery per participant");
+    queued
 }
 
-enum Pending {
-    Done(CoreResult<()>),
-    Marker(oneshot::Receiver<CoreResult<AppendOutcome>>),
-    Group(String),
+/// Writes `markers` into the participants this broker owns (`queue_here`) and waits until each
+/// is durable; one answer per participant, in order.
+pub async fn write_markers_here(
+    topics: &TopicsHandle,
+    groups: &GroupsHandle,
+    markers: &Markers,
+) -> Vec<(Participant, CoreResult<()>)> {
+    let mut answers = Vec::with_capacity(markers.participants.len());
+    for delivery in queue_here(topics, markers).await {
+        answers.push(delivery.durable(groups).await);
+    }
+    answers
 }

@@ -8,6 +8,6 @@
 pub mod coordinator;
 pub mod marker_queue;
 pub mod markers;
+pub mod peers;
 pub mod state;
 pub mod store;
-pub mod verify;

@@ -83,7 +83,8 @@ pub enum TxnError {
     InvalidTransactionTimeout,
 }
 
-pub type TopicPartition = (String, i32);
+use crate::participant::Participant;
+pub use crate::participant::TopicPartition;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnEntry {
@@ -146,26 +147,31 @@ pub fn may_need_fresh_producer_id(existing: Option<&TxnEntry>) -> bool {
     existing.is_none_or(|e| e.producer_epoch >= EPOCH_MAX)
 }
 
-/// What a transactional write needs to be part of the producer's open transaction.
-#[derive(Debug, Clone, Copy)]
-pub enum Member<'a> {
-    Partition(&'a TopicPartition),
-    Group(&'a str),
-}
-
 /// KIP-890 verification: is the partition (or group) in the producer's open transaction?
 /// Asked before a transactional batch opens the transaction in a partition and before a
 /// TxnOffsetCommit stages offsets.
-pub fn verify(entry: &TxnEntry, producer_id: i64, producer_epoch: i16, member: Member<'_>) -> Result<(), TxnError> {
+pub fn verify(entry: &TxnEntry, producer_id: i64, producer_epoch: i16, member: &Participant) -> Result<(), TxnError> {
     entry.check_producer(producer_id, producer_epoch)?;
-    let included = match member {
-        Member::Partition(tp) => entry.partitions.contains(tp),
-        Member::Group(group_id) => entry.groups.contains(group_id),
-    };
+    let included = entry.includes(member);
     if entry.state == TxnState::Ongoing && included { Ok(()) } else { Err(TxnError::InvalidTxnState) }
 }
 
 impl TxnEntry {
+    /// Whether `participant` is in the current (or prepared) transaction.
+    pub fn includes(&self, participant: &Participant) -> bool {
+        match participant {
+            Participant::Partition(tp) => self.partitions.contains(tp),
+            Participant::Group(group_id) => self.groups.contains(group_id),
+        }
+    }
+
+    /// The participants of the current (or prepared) transaction, the markers it owes:
+    /// partitions first, then groups.
+    pub fn participants(&self) -> impl Iterator<Item = Participant> + '_ {
+        let partitions = self.partitions.iter().cloned().map(Participant::Partition);
+        partitions.chain(self.groups.iter().cloned().map(Participant::Group))
+    }
+
     /// What every transition leaves true of an entry; it returns the entry, so that each
     /// transition ends with it.
     fn checked(self) -> TxnEntry {
@@ -513,15 +519,17 @@ pub fn add_implicitly(
     entry: &TxnEntry,
     producer_id: i64,
     producer_epoch: i16,
-    member: Member<'_>,
+    member: &Participant,
     now_ms: i64,
 ) -> Result<Option<TxnEntry>, TxnError> {
     if verify(entry, producer_id, producer_epoch, member).is_ok() {
         return Ok(None);
     }
     let added = match member {
-        Member::Partition(tp) => add_partitions(entry, producer_id, producer_epoch, std::slice::from_ref(tp), now_ms),
-        Member::Group(group_id) => add_offsets(entry, producer_id, producer_epoch, group_id, now_ms),
+        Participant::Partition(tp) => {
+            add_partitions(entry, producer_id, producer_epoch, std::slice::from_ref(tp), now_ms)
+        }
+        Participant::Group(group_id) => add_offsets(entry, producer_id, producer_epoch, group_id, now_ms),
     };
     added.map(Some)
 }
@@ -708,9 +716,9 @@ mod tests {
     #[test]
     fn a_v2_end_bumps_the_epoch_and_its_retry_is_recognised_by_the_epoch_before() {
         let e = first("t");
-        let added = add_implicitly(&e, e.producer_id, 0, Member::Partition(&tp("a", 0)), 1000).unwrap().unwrap();
+        let added = add_implicitly(&e, e.producer_id, 0, &Participant::Partition(tp("a", 0)), 1000).unwrap().unwrap();
         assert_eq!((added.state, added.partitions.len()), (TxnState::Ongoing, 1), "the write opened the transaction");
-        assert_eq!(add_implicitly(&added, e.producer_id, 0, Member::Partition(&tp("a", 0)), 1001), Ok(None));
+        assert_eq!(add_implicitly(&added, e.producer_id, 0, &Participant::Partition(tp("a", 0)), 1001), Ok(None));
         let p = prepared(end_v2(&added, 0, true));
         assert_eq!(
             (p.state, p.producer_epoch, p.partitions.len()),
@@ -723,7 +731,7 @@ mod tests {
         assert_eq!(end_v2(&c, 0, true), Ok(EndOutcome::AlreadyComplete), "a retry after completion");
         assert_eq!(end_v2(&c, 0, false), Err(TxnError::InvalidTxnState), "a retry with the other result");
         assert_eq!(
-            add_implicitly(&c, e.producer_id, 0, Member::Partition(&tp("a", 0)), 2000),
+            add_implicitly(&c, e.producer_id, 0, &Participant::Partition(tp("a", 0)), 2000),
             Err(TxnError::ProducerFenced),
             "a late write of the ended transaction cannot join the next one"
         );
@@ -732,7 +740,7 @@ mod tests {
             Err(TxnError::ProducerFenced),
             "the epoch an EndTxn replaced is not an InitProducerId to retry"
         );
-        let next = add_implicitly(&c, e.producer_id, 1, Member::Group("g"), 2000).unwrap().unwrap();
+        let next = add_implicitly(&c, e.producer_id, 1, &Participant::Group("g".into()), 2000).unwrap().unwrap();
         assert_eq!((next.state, next.groups.len(), next.ongoing_since_ms), (TxnState::Ongoing, 1, 2000));
     }
 
@@ -776,9 +784,9 @@ mod tests {
     #[test]
     fn a_timeout_abort_fences_a_v2_producer_rather_than_passing_for_its_retry() {
         let e = first("t");
-        let ongoing = add_implicitly(&e, e.producer_id, 0, Member::Partition(&tp("a", 0)), 0).unwrap().unwrap();
+        let ongoing = add_implicitly(&e, e.producer_id, 0, &Participant::Partition(tp("a", 0)), 0).unwrap().unwrap();
         let c = complete(&prepared(end_v2(&ongoing, 0, true)));
-        let ongoing = add_implicitly(&c, c.producer_id, 1, Member::Partition(&tp("a", 0)), 10).unwrap().unwrap();
+        let ongoing = add_implicitly(&c, c.producer_id, 1, &Participant::Partition(tp("a", 0)), 10).unwrap().unwrap();
         let aborted = complete(&time_out(&ongoing, i64::MAX).unwrap());
         assert_eq!((aborted.state, aborted.producer_epoch), (TxnState::CompleteAbort, 2));
         assert_eq!(end_v2(&aborted, 1, true), Err(TxnError::ProducerFenced));

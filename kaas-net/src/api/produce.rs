@@ -3,21 +3,20 @@
 //! returns; the answer waits for the fsync of every partition (acks=1 and acks=all alike: the
 //! volume is the replica).
 //!
-//! A transactional batch whose producer has no transaction open in the partition is verified
-//! with the transaction coordinator first (KIP-890 part 1, `Broker::verify_produce`), before
-//! it is queued: the request after it on the connection must not overtake it. From v12 the
-//! client uses transactions v2 (KIP-890 part 2): it sends no AddPartitionsToTxn, and the
-//! verification adds the partition to the transaction instead (`Join::Add`).
+//! Each partition's records go to `Broker::produce`, which checks them, verifies a batch that
+//! opens a transaction with its coordinator (KIP-890 part 1) and queues them before it returns:
+//! the request after this one on the connection must not overtake it. From v12 the client uses
+//! transactions v2 (KIP-890 part 2): it sends no AddPartitionsToTxn, and the verification adds
+//! the partition to the transaction instead (`Join::Add`).
 
 use bytes::{Buf, BufMut, Bytes};
+use kaas_core::broker::Produced;
 use kaas_core::env::Env;
-use kaas_core::log::batch;
-use kaas_core::txn::coordinator::Join;
+use kaas_core::participant::Join;
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
-use tokio::sync::oneshot;
 
 use super::{encode, raw_header, text};
 use crate::connection::{Answer, Context, Response};
@@ -25,12 +24,7 @@ use crate::error;
 
 /// A topic of the request as named (by name, or from v13 by id), the name it resolved to (None:
 /// an id no topic has), and its partitions' answers.
-type TopicPending = (kafka_protocol::messages::TopicName, uuid::Uuid, Option<String>, Vec<(i32, Pending)>);
-
-enum Pending {
-    Done(CoreResult<kaas_core::partition::AppendOutcome>),
-    Waiting(oneshot::Receiver<CoreResult<kaas_core::partition::AppendOutcome>>),
-}
+type TopicPending = (kafka_protocol::messages::TopicName, uuid::Uuid, Option<String>, Vec<(i32, Produced)>);
 
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
@@ -39,8 +33,11 @@ pub async fn handle<E: Env>(
 ) -> Result<Answer, String> {
     let acks = request.acks;
     let version = header.request_api_version;
-    let transactional_id = request.transactional_id.as_ref().map(|t| t.to_string());
-    let join = if version >= 12 { Join::Add } else { Join::Verify };
+    let produce = kaas_core::broker::ProduceRequest {
+        transactional_id: request.transactional_id.as_ref().map(|t| t.to_string()),
+        join: if version >= 12 { Join::Add } else { Join::Verify },
+        acks,
+    };
     // A topic a peer created a moment ago is read now, not at the next rescan.
     if version >= 13 {
         ctx.broker.topics.refresh_ids(request.topic_data.iter().map(|t| t.topic_id.as_bytes())).await;
@@ -56,46 +53,8 @@ pub async fn handle<E: Env>(
         };
         let mut partitions = Vec::new();
         for data in topic_data.partition_data {
-            let pending = if !matches!(acks, -1..=1) {
-                Pending::Done(Err(CoreError::InvalidRequiredAcks))
-            } else if name.is_none() {
-                Pending::Done(Err(CoreError::UnknownTopicId))
-            } else {
-                let name = name.as_deref().unwrap_or_default();
-                match (snapshot.partition(name, data.index), data.records) {
-                    (None, _) => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
-                    (Some(_), None) => Pending::Done(Err(CoreError::CorruptMessage)),
-                    (Some(partition), Some(records)) => match batch::split_produced(&records) {
-                        Err(e) => Pending::Done(Err(e.into())),
-                        // Apache takes one batch per partition from an idempotent producer: its
-                        // sequence check is per batch.
-                        Ok(batches) if batches.len() > 1 && batches.iter().any(|(h, _)| h.producer_id >= 0) => {
-                            Pending::Done(Err(CoreError::InvalidRecord))
-                        }
-                        Ok(batches) => {
-                            let guard = match batches.iter().find(|(h, _)| h.is_transactional()) {
-                                None => Ok(None),
-                                Some((h, _)) => {
-                                    let tp = (name.to_string(), data.index);
-                                    ctx.broker.verify_produce(transactional_id.as_deref(), tp, partition, h, join).await
-                                }
-                            };
-                            match guard {
-                                Err(e) => Pending::Done(Err(e)),
-                                Ok(guard) if acks == 0 => {
-                                    partition.append_unacknowledged(batches, guard).await;
-                                    Pending::Done(Ok(kaas_core::partition::AppendOutcome {
-                                        base_offset: -1,
-                                        log_start_offset: -1,
-                                    }))
-                                }
-                                Ok(guard) => Pending::Waiting(partition.append(batches, guard).await),
-                            }
-                        }
-                    },
-                }
-            };
-            partitions.push((data.index, pending));
+            let produced = ctx.broker.produce(&snapshot, &produce, name.as_deref(), data.index, data.records).await;
+            partitions.push((data.index, produced));
         }
         topics.push((topic_data.name, topic_data.topic_id, name, partitions));
     }
@@ -108,15 +67,10 @@ pub async fn handle<E: Env>(
         for (name, topic_id, resolved, partitions) in topics {
             let resolved = resolved.unwrap_or_default();
             let mut partition_responses = Vec::new();
-            for (index, pending) in partitions {
+            for (index, produced) in partitions {
                 // Only an append the partition refused (a sequence, an epoch) tells its log start,
                 // looked up then: an error is rare, a produce is not.
-                let (result, appended) = match pending {
-                    Pending::Done(result) => (result, false),
-                    Pending::Waiting(rx) => {
-                        (rx.await.unwrap_or(Err(CoreError::Storage("partition stopped".into()))), true)
-                    }
-                };
+                let (result, appended) = produced.outcome().await;
                 let log_start = || {
                     let partition = snapshot.partition(&resolved, index).filter(|_| appended);
                     partition.map_or(-1, |p| p.watermarks().log_start_offset)

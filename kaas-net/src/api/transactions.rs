@@ -6,10 +6,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kaas_core::cluster::peers::{Markers, member_from_wire, member_on_wire};
+use kaas_core::broker::TxnOffsetCommit;
 use kaas_core::env::{Clock, Env};
 use kaas_core::group::{CommitRequest, CommittedOffset};
-use kaas_core::txn::coordinator::{Join, TxnMember};
+use kaas_core::participant::{Join, Participant, TxnWriter};
+use kaas_core::txn::peers::{Markers, member_from_wire, member_on_wire};
 use kaas_core::txn::state::{TV2, TxnEntry, TxnState};
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
@@ -82,7 +83,7 @@ async fn add_partitions<E: Env>(
             let tp = (t.name.0.to_string(), p);
             match member_from_wire(&tp.0, p) {
                 // A peer verifying a TxnOffsetCommit for the group it owns.
-                TxnMember::Group(g) if join.is_some() => groups.push((tp, g)),
+                Participant::Group(g) if join.is_some() => groups.push((tp, g)),
                 _ if snapshot.partition(&tp.0, p).is_some() => wanted.push(tp),
                 _ => unknown.push(tp),
             }
@@ -102,8 +103,8 @@ async fn add_partitions<E: Env>(
             Err(e) => Err(e),
             Ok(id) if let Some(join) = join => {
                 let mut result = Ok(());
-                let members = wanted.iter().map(|tp| (tp.clone(), TxnMember::Partition(tp.clone())));
-                for (tp, member) in members.chain(groups.into_iter().map(|(tp, g)| (tp, TxnMember::Group(g)))) {
+                let members = wanted.iter().map(|tp| (tp.clone(), Participant::Partition(tp.clone())));
+                for (tp, member) in members.chain(groups.into_iter().map(|(tp, g)| (tp, Participant::Group(g)))) {
                     let verified = txn.verify(id.clone(), producer_id, producer_epoch, member, join).await;
                     codes.insert(tp, error::code_of(&verified));
                     result = result.and(verified);
@@ -258,15 +259,8 @@ async fn stage<E: Env>(
     if !request.topics.iter().any(|t| t.partitions.iter().any(|p| known(t, p.partition_index))) {
         return Ok(());
     }
-    let id = transactional_id(&request.transactional_id)?;
-    let group_id = request.group_id.0.to_string();
-    if group_id.is_empty() {
-        return Err(CoreError::InvalidGroupId);
-    }
+    let transactional_id = transactional_id(&request.transactional_id)?;
     let (producer_id, producer_epoch) = (request.producer_id.0, request.producer_epoch);
-    // Read before the coordinator is asked: an end of the transaction after this voids the answer.
-    let guard = ctx.broker.groups.txn_guard().await?;
-    ctx.broker.verify_txn(id, producer_id, producer_epoch, TxnMember::Group(group_id.clone()), join).await?;
     let now_ms = ctx.broker.env.clock().now_ms();
     let mut offsets = Vec::new();
     for t in &request.topics {
@@ -281,13 +275,14 @@ async fn stage<E: Env>(
         }
     }
     let commit = CommitRequest {
-        group_id,
+        group_id: request.group_id.0.to_string(),
         member_id: request.member_id.to_string(),
         group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
         generation_id: request.generation_id,
         offsets,
     };
-    ctx.broker.groups.txn_commit(commit, producer_id, guard).await
+    let writer = TxnWriter { transactional_id, producer_id, producer_epoch, join };
+    ctx.broker.txn_offset_commit(TxnOffsetCommit { writer, commit }).await
 }
 
 /// The receiver side of Apache's coordinator-to-leader API: writes each marker into each named
@@ -299,11 +294,11 @@ pub async fn write_txn_markers<E: Env>(
     header: &RequestHeader,
     request: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {
-    let from_peer = kaas_core::cluster::peers::is_peer_client(header.client_id.as_deref());
+    let from_peer = kaas_core::txn::peers::is_peer_client(header.client_id.as_deref());
     let mut markers = Vec::new();
     for m in request.markers {
         if m.topics.is_empty() {
-            // A peer coordinator's fence (`kaas_core::cluster::peers`).
+            // A peer coordinator's fence (`kaas_core::txn::peers`).
             ctx.broker.fence_here(m.producer_id.0, m.producer_epoch).await;
             markers.push(WritableTxnMarkerResult::default().with_producer_id(m.producer_id));
             continue;
@@ -314,7 +309,7 @@ pub async fn write_txn_markers<E: Env>(
             producer_epoch: m.producer_epoch,
             commit: m.transaction_result,
             coordinator_epoch: m.coordinator_epoch,
-            members: members.collect(),
+            participants: members.collect(),
         };
         let mut topics: Vec<WritableTxnMarkerTopicResult> = Vec::new();
         let answers = if from_peer {

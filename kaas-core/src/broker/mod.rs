@@ -3,17 +3,24 @@
 
 use std::sync::Arc;
 
-use crate::cluster::PeersHandle;
 use crate::cluster::membership::{self, MembershipHandle};
+use crate::cluster::producer_ids::{self, ProducerIdsHandle};
 use crate::config::BrokerConfig;
 use crate::env::Env;
 use crate::error::CoreResult;
 use crate::group::{self, GroupsHandle};
-use crate::producer::ids::{self, ProducerIdsHandle};
 use crate::topics::{self, TopicsHandle};
 use crate::txn::coordinator::{self, TxnCoordinatorHandle};
 use crate::txn::marker_queue;
+use crate::txn::peers::PeersHandle;
 use tokio::sync::oneshot;
+
+use crate::participant::Participant;
+use crate::txn::markers;
+use crate::txn::peers::Markers;
+
+mod writes;
+pub use writes::{ProduceRequest, Produced, TxnOffsetCommit};
 
 #[derive(Clone)]
 pub struct Broker<E: Env> {
@@ -37,7 +44,7 @@ impl<E: Env> Broker<E> {
         let membership = membership::start(&env, config.clone()).await?;
         let topics = topics::start(&env, config.clone(), membership.clone()).await?;
         let groups = group::start(&env, config.clone(), membership.clone()).await?;
-        let producer_ids = ids::start(&env, config.broker_id).await?;
+        let producer_ids = producer_ids::start(&env, config.broker_id).await?;
         let peers = PeersHandle::default();
         let txn = coordinator::start(
             &env,
@@ -66,6 +73,18 @@ impl<E: Env> Broker<E> {
     pub async fn fence_here(&self, producer_id: i64, producer_epoch: i16) {
         let epochs = std::collections::BTreeMap::from([(producer_id, producer_epoch)]);
         crate::txn::coordinator::fence_everywhere(&self.topics, Arc::new(epochs)).await;
+    }
+
+    /// Writes `markers` into the partitions and groups this broker owns (`write_markers_here`).
+    pub async fn write_markers_here(&self, markers: &Markers) -> Vec<(Participant, CoreResult<()>)> {
+        markers::write_markers_here(&self.topics, &self.groups, markers).await
+    }
+
+    /// Writes the markers a peer coordinator's call carries, by the marker queue's rule
+    /// (`marker_queue::apply_called`): only those its queued entry still owes.
+    pub async fn write_called_markers(&self, markers: Markers) -> Vec<(Participant, CoreResult<()>)> {
+        marker_queue::apply_called(&self.env, self.config.broker_id, self.topics.clone(), self.groups.clone(), markers)
+            .await
     }
 
     /// Graceful shutdown: flushes and closes every partition log, releasing each, then marks

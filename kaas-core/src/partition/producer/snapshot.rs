@@ -11,7 +11,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::state::{Event, ProducerStates};
 use crate::env::{Volume, join};
-use crate::log::{LogError, PartitionLog};
+use crate::partition::log::{LogError, PartitionLog};
 
 const FORMAT_VERSION: u32 = 1;
 const SUFFIX: &str = ".snapshot";
@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn a_snapshot_round_trips_and_damage_is_detected() {
         let mut states = ProducerStates::default();
-        let header = crate::producer::state::tests::batch(1 << 40, 3, 9, 3);
+        let header = crate::partition::producer::state::tests::batch(1 << 40, 3, 9, 3);
         states.transition(Event::Batch { header: &header, base_offset: 42 });
         let raw = encode(&states);
         assert_eq!(decode(&raw).unwrap(), states);

@@ -2,6 +2,5 @@
 //! per-partition state that recognises retried batches (`state`, kept across restarts by
 //! `snapshot`).
 
-pub mod ids;
 pub mod snapshot;
 pub mod state;

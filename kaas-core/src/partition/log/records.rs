@@ -51,7 +51,7 @@ pub fn find_at_or_after(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch;
+    use crate::partition::log::batch;
     use bytes::BytesMut;
     use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 

@@ -586,7 +586,7 @@ mod tests {
     use super::*;
     use crate::env::real::{RealRng, RealVolume};
     use crate::env::{Rng, Volume};
-    use crate::log::batch::{self, tests::make_batch};
+    use crate::partition::log::batch::{self, tests::make_batch};
 
     const SOLO: Claimed = Claimed { epoch: 0, takeover: false };
 
@@ -678,7 +678,7 @@ mod corruption_tests {
     use super::*;
     use crate::env::real::{RealRng, RealVolume};
     use crate::env::{Rng, Volume};
-    use crate::log::batch::{self, tests::make_batch};
+    use crate::partition::log::batch::{self, tests::make_batch};
 
     const SOLO: Claimed = Claimed { epoch: 0, takeover: false };
 

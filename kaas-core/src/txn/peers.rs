@@ -18,8 +18,9 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{mpsc, oneshot};
 
+pub use crate::cluster::Endpoint;
 use crate::error::{CoreError, CoreResult};
-use crate::txn::coordinator::{Join, TxnMember};
+use crate::participant::{Join, Participant};
 
 /// Calls queued for the wire client before it refuses more.
 const QUEUED_MAX: usize = 1024;
@@ -36,14 +37,6 @@ pub fn is_peer_client(client_id: Option<&str>) -> bool {
     client_id.and_then(|id| id.strip_prefix(CLIENT_ID_PREFIX)).is_some_and(|n| n.parse::<i32>().is_ok())
 }
 
-/// A peer broker's endpoint, as its lease advertises it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Endpoint {
-    pub broker_id: i32,
-    pub host: String,
-    pub port: i32,
-}
-
 /// The markers of one transaction that one peer owes: for its partitions and its groups.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Markers {
@@ -51,21 +44,23 @@ pub struct Markers {
     pub producer_epoch: i16,
     pub commit: bool,
     pub coordinator_epoch: i32,
-    pub members: Vec<TxnMember>,
+    /// In the order the coordinator lists them; on the volume as `members` (its first name).
+    #[serde(alias = "members")]
+    pub participants: Vec<Participant>,
 }
 
 pub enum PeerCall {
     /// Answered once every partition the peer owns refuses the producer's older epochs.
     Fence { to: Endpoint, producer_id: i64, producer_epoch: i16, reply: oneshot::Sender<CoreResult<()>> },
     /// Answered Ok once every marker is durable on the peer.
-    WriteMarkers { to: Endpoint, markers: Markers, reply: oneshot::Sender<Vec<(TxnMember, CoreResult<()>)>> },
+    WriteMarkers { to: Endpoint, markers: Markers, reply: oneshot::Sender<Vec<(Participant, CoreResult<()>)>> },
     /// Answered Ok if `member` is in the producer's open transaction (or, `Join::Add`, added).
     Verify {
         to: Endpoint,
         transactional_id: String,
         producer_id: i64,
         producer_epoch: i16,
-        member: TxnMember,
+        member: Participant,
         join: Join,
         reply: oneshot::Sender<CoreResult<()>>,
     },
@@ -98,7 +93,7 @@ impl PeersHandle {
         &self,
         to: Endpoint,
         markers: Markers,
-    ) -> oneshot::Receiver<Vec<(TxnMember, CoreResult<()>)>> {
+    ) -> oneshot::Receiver<Vec<(Participant, CoreResult<()>)>> {
         self.queue(|reply| PeerCall::WriteMarkers { to, markers, reply }).await
     }
 
@@ -118,7 +113,7 @@ impl PeersHandle {
         transactional_id: String,
         producer_id: i64,
         producer_epoch: i16,
-        member: TxnMember,
+        member: Participant,
         join: Join,
     ) -> CoreResult<()> {
         let call = |reply| PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, join, reply };
@@ -127,18 +122,18 @@ impl PeersHandle {
 }
 
 /// A transaction member as a (topic, partition) on the wire.
-pub fn member_on_wire(member: &TxnMember) -> (String, i32) {
+pub fn member_on_wire(member: &Participant) -> (String, i32) {
     match member {
-        TxnMember::Partition((topic, partition)) => (topic.clone(), *partition),
-        TxnMember::Group(group_id) => (format!("{GROUP_PSEUDO_TOPIC}{group_id}"), 0),
+        Participant::Partition((topic, partition)) => (topic.clone(), *partition),
+        Participant::Group(group_id) => (format!("{GROUP_PSEUDO_TOPIC}{group_id}"), 0),
     }
 }
 
 /// The member a (topic, partition) of a peer's request names.
-pub fn member_from_wire(topic: &str, partition: i32) -> TxnMember {
+pub fn member_from_wire(topic: &str, partition: i32) -> Participant {
     match topic.strip_prefix(GROUP_PSEUDO_TOPIC) {
-        Some(group_id) if partition == 0 => TxnMember::Group(group_id.to_string()),
-        _ => TxnMember::Partition((topic.to_string(), partition)),
+        Some(group_id) if partition == 0 => Participant::Group(group_id.to_string()),
+        _ => Participant::Partition((topic.to_string(), partition)),
     }
 }
 
@@ -148,7 +143,7 @@ mod tests {
 
     #[test]
     fn members_cross_the_wire_unchanged_and_no_topic_is_taken_for_a_group() {
-        for member in [TxnMember::Partition(("t".into(), 3)), TxnMember::Group("g/with/slashes".into())] {
+        for member in [Participant::Partition(("t".into(), 3)), Participant::Group("g/with/slashes".into())] {
             let (topic, partition) = member_on_wire(&member);
             assert_eq!(format!("{:?}", member_from_wire(&topic, partition)), format!("{member:?}"));
         }
@@ -159,7 +154,7 @@ mod tests {
     async fn without_a_wire_client_a_call_fails_at_once_and_retriably() {
         let peers = PeersHandle::default();
         let to = Endpoint { broker_id: 1, host: "h".into(), port: 9092 };
-        let verified = peers.verify(to, "t".into(), 1, 0, TxnMember::Group("g".into()), Join::Verify).await;
+        let verified = peers.verify(to, "t".into(), 1, 0, Participant::Group("g".into()), Join::Verify).await;
         assert_eq!(verified, Err(CoreError::CoordinatorNotAvailable));
         assert!(peers.attach().is_some());
         assert!(peers.attach().is_none(), "one wire client per broker");

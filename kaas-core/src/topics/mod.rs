@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::cluster::assignments::AssignmentStore;
+use crate::cluster::ownership::Ownership;
 use crate::cluster::reassignment::{self, Assignment, Change, Ongoing};
-use crate::cluster::{Claims, ClusterView, Kind, MembershipHandle};
+use crate::cluster::{ClusterView, Kind, MembershipHandle, partition_key};
 use crate::config::{BrokerConfig, validate_topic_config};
 use crate::env::{Clock, Env, Rng, Spawner, Volume, join};
 use crate::error::{CoreError, CoreResult};
@@ -43,7 +44,7 @@ const REASSIGN_TRIES: usize = 5;
 /// Partitions of one topic; a bound on memory and open files, far above real use.
 pub const PARTITIONS_MAX: i32 = 10_000;
 
-pub type TopicId = [u8; 16];
+pub use crate::cluster::TopicId;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TopicMeta {
@@ -308,8 +309,9 @@ pub fn validate_topic_name(name: &str) -> CoreResult<()> {
     Ok(())
 }
 
+/// A partition's directory on the volume, named by its ownership key.
 pub fn partition_dir(topic: &str, partition: i32) -> String {
-    format!("{topic}-{partition}")
+    partition_key(topic, partition)
 }
 
 struct TopicManager<E: Env> {
@@ -323,7 +325,8 @@ struct TopicManager<E: Env> {
     snapshot: watch::Sender<Arc<MetadataSnapshot>>,
     data_version: watch::Sender<u64>,
     membership: MembershipHandle,
-    claims: Claims<E::Volume>,
+    /// The partitions this broker holds: (topic, partition) -> epoch and lease session.
+    ownership: Ownership<E::Volume, (String, i32)>,
     assignments: AssignmentStore<E::Volume>,
     /// Every fence applied on this broker (producer id -> epoch), for partitions started later.
     fences: BTreeMap<i64, i16>,
@@ -331,8 +334,6 @@ struct TopicManager<E: Env> {
     refreshed: BTreeMap<String, tokio::time::Instant>,
     /// Full rescans begun (shared with the handles).
     rescans: Arc<AtomicU64>,
-    /// Partitions this broker serves: (topic, partition) -> (epoch, lease session).
-    owned: BTreeMap<(String, i32), (u32, u64)>,
 }
 
 /// Loads every topic from the volume, opens (and so recovers) every partition, and starts the
@@ -359,12 +360,11 @@ pub async fn start<E: Env>(
         snapshot,
         data_version,
         membership,
-        claims: Claims::new(env.volume().clone()),
+        ownership: Ownership::new(env.volume().clone(), Kind::Partition, |(topic, p)| partition_key(topic, *p)),
         assignments: AssignmentStore::new(env.volume().clone()),
         fences: BTreeMap::new(),
         refreshed: BTreeMap::new(),
         rescans: Arc::new(AtomicU64::new(0)),
-        owned: BTreeMap::new(),
     };
     let rescans = manager.rescans.clone();
     manager.load().await?;
@@ -544,23 +544,18 @@ impl<E: Env> TopicManager<E> {
     async fn stop_topic(&mut self, state: &TopicState, delete: bool) {
         for (p, handle) in state.partitions.iter().enumerate() {
             let key = (state.meta.name.clone(), p as i32);
-            if let Some((epoch, _)) = self.owned.remove(&key) {
+            if self.ownership.held(&key).is_some() {
                 handle.disown().await;
-                self.release(partition_dir(&key.0, key.1), epoch).await;
+                self.ownership.release(&key).await;
             }
             handle.stop(delete).await;
         }
     }
 
-    /// Writes the release of a partition given up (retried by `Claims` if the volume refuses).
-    async fn release(&mut self, dir: String, epoch: u32) {
-        self.claims.release(Kind::Partition, &dir, epoch).await;
-    }
-
     /// Claims the partitions the view gives this broker and serves them; disowns and releases
     /// those it gives another broker, and everything of a lease session that lapsed.
     async fn reconcile(&mut self) {
-        self.claims.retry_releases().await;
+        self.ownership.retry_releases().await;
         let view: Arc<ClusterView> = self.membership.view();
         let now = self.env.clock().monotonic();
         let topics: Vec<Arc<TopicState>> = self.topics.values().cloned().collect();
@@ -570,19 +565,17 @@ impl<E: Env> TopicManager<E> {
                 let key = (state.meta.name.clone(), p as i32);
                 let dir = partition_dir(&key.0, key.1);
                 let want = view.should_own_preferring(&dir, state.preferred(key.1), now);
-                match self.owned.get(&key).copied() {
-                    Some((epoch, session)) if !want || session != view.session => {
+                match self.ownership.held(&key) {
+                    Some(held) if !want || held.session != view.session => {
                         handle.disown().await;
-                        self.release(dir.clone(), epoch).await;
-                        self.owned.remove(&key);
-                        tracing::info!(partition = %dir, epoch, "handed over");
+                        self.ownership.release(&key).await;
+                        tracing::info!(partition = %dir, epoch = held.epoch, "handed over");
                     }
-                    None if want => match self.claims.try_claim(Kind::Partition, &dir, &view, now).await {
+                    None if want => match self.ownership.claim(&key, &view, now).await {
                         Ok(Some(claimed)) => {
                             if let Err(e) = handle.own(claimed, view.session).await {
                                 tracing::warn!(partition = %dir, error = %e, "claimed, but cannot open the log yet");
                             }
-                            self.owned.insert(key, (claimed.epoch, view.session));
                             tracing::info!(partition = %dir, epoch = claimed.epoch, takeover = claimed.takeover, "took ownership");
                         }
                         Ok(None) => tracing::debug!(partition = %dir, "held by another broker"),
@@ -925,7 +918,7 @@ impl<E: Env> TopicManager<E> {
                     continue;
                 }
                 let key = partition_dir(name, p);
-                let holder = self.claims.holder(Kind::Partition, &key).await.map_err(storage)?;
+                let holder = self.ownership.holder(&(name.to_string(), p)).await.map_err(storage)?;
                 let assignment = assignments.get(&p);
                 let preferred = assignment.map_or(&[][..], |a| a.replicas.as_slice());
                 let owner = view.owner_preferring(&key, preferred);
@@ -991,7 +984,7 @@ impl<E: Env> TopicManager<E> {
             for p in partitions {
                 let Some(assignment) = state.assignments.get(&p) else { continue };
                 let key = partition_dir(&state.meta.name, p);
-                let holder = match self.claims.holder(Kind::Partition, &key).await {
+                let holder = match self.ownership.holder(&(state.meta.name.clone(), p)).await {
                     Ok(holder) => holder,
                     Err(e) => {
                         tracing::warn!(partition = %key, error = %e, "cannot read a partition's claim");

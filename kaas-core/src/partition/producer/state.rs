@@ -35,8 +35,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::log::batch::BatchHeader;
-use crate::log::control::Marker;
+use crate::partition::log::batch::BatchHeader;
+use crate::partition::log::control::Marker;
 
 /// Batches remembered per producer: the Java client's default max.in.flight.
 pub const BATCHES_RETAINED: usize = 5;
@@ -624,7 +624,9 @@ pub(crate) mod tests {
         late.max_timestamp = 9000;
         states.transition(Event::Batch { header: &late, base_offset: 6 });
         states.transition(Event::Expire { now_ms: 9000 + 1, expiration_ms: 1 });
-        let restored = crate::producer::snapshot::decode(&crate::producer::snapshot::encode(&states)).unwrap();
+        let restored =
+            crate::partition::producer::snapshot::decode(&crate::partition::producer::snapshot::encode(&states))
+                .unwrap();
         assert_eq!(restored.check(&batch(9, 0, 1, 1)), Verdict::Append);
         assert_eq!(restored.check(&batch(10, 0, 1, 1)), Verdict::UnknownProducerId);
     }
