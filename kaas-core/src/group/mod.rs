@@ -14,31 +14,40 @@
 //! refused if the producer's transaction ended after the coordinator verified it (the guard),
 //! so no late TxnOffsetCommit can leave offsets staged that nothing will ever end.
 
+mod admin;
 pub mod assignor;
+mod classic_api;
 pub mod consumer;
+mod consumer_api;
 pub mod embedded;
 pub mod migration;
 pub mod offsets;
+mod offsets_api;
 pub mod state;
 
-use std::collections::{BTreeMap, BTreeSet};
+use admin::AdminCommand;
+use classic_api::ClassicCommand;
+use consumer_api::ConsumerCommand;
+use offsets_api::OffsetsCommand;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{Duration, Instant};
+use tokio::time::Duration;
 
 use crate::cluster::ownership::Ownership;
 use crate::cluster::{ClusterView, Kind, MembershipHandle, group_key};
 use crate::config::BrokerConfig;
-use crate::env::{Clock, Env, Rng, Spawner};
+use crate::env::{Clock, Env, Spawner};
 use crate::error::{CoreError, CoreResult};
+use crate::participant::EndGuard;
 use crate::topics::MetadataSnapshot;
-use assignor::TopicMetadata;
-use consumer::{ClassicJoin, ConsumerGroup, Heartbeat, HeartbeatAnswer};
+use consumer::{ConsumerGroup, Heartbeat, HeartbeatAnswer};
 pub use offsets::CommittedOffset;
 use offsets::OffsetStore;
-use state::{Group, JoinAction, Reply};
+use state::{Group, Reply};
 pub use state::{GroupState, JoinOutcome, JoinRequest, SyncOutcome};
 
 const QUEUE_CAPACITY: usize = 1024;
@@ -89,103 +98,47 @@ pub struct CommitRequest {
 /// a transaction has one staged.
 pub type FetchedOffset = (TopicPartition, CoreResult<Option<CommittedOffset>>);
 
+/// What the coordinator is asked, by protocol; each family is served by a file of its own.
 enum Command {
-    /// JoinGroup; the topics name what a member of a consumer group owns.
-    Join(String, JoinRequest, Arc<MetadataSnapshot>, oneshot::Sender<CoreResult<JoinOutcome>>),
-    Sync {
-        group_id: String,
-        member_id: String,
-        instance: Option<String>,
-        generation_id: i32,
-        assignments: Vec<(String, Bytes)>,
-        reply: oneshot::Sender<CoreResult<SyncOutcome>>,
-    },
-    Heartbeat {
-        group_id: String,
-        member_id: String,
-        instance: Option<String>,
-        generation_id: i32,
-        reply: oneshot::Sender<CoreResult<()>>,
-    },
-    Leave {
-        group_id: String,
-        members: Vec<(String, Option<String>)>,
-        reply: oneshot::Sender<CoreResult<Vec<CoreResult<()>>>>,
-    },
-    Commit(CommitRequest, oneshot::Sender<CoreResult<()>>),
-    TxnGuard(oneshot::Sender<u64>),
-    TxnCommit {
-        request: CommitRequest,
-        producer_id: i64,
-        guard: u64,
-        reply: oneshot::Sender<CoreResult<()>>,
-    },
-    CompleteTxn {
-        group_id: String,
-        producer_id: i64,
-        commit: bool,
-        reply: oneshot::Sender<CoreResult<()>>,
-    },
-    Fetch {
-        group_id: String,
-        partitions: Option<Vec<TopicPartition>>,
-        require_stable: bool,
-        reply: oneshot::Sender<CoreResult<Vec<FetchedOffset>>>,
-    },
-    Describe(Vec<String>, oneshot::Sender<Vec<GroupDescription>>),
-    /// ConsumerGroupHeartbeat (KIP-848).
-    ConsumerHeartbeat {
-        group_id: String,
-        heartbeat: Heartbeat,
-        topics: Arc<MetadataSnapshot>,
-        reply: oneshot::Sender<CoreResult<HeartbeatAnswer>>,
-    },
-    /// ConsumerGroupDescribe: the group as it is (None: no consumer group by that id).
-    ConsumerDescribe(String, oneshot::Sender<CoreResult<Option<ConsumerGroup>>>),
-    List(oneshot::Sender<Vec<GroupListing>>),
-    Delete(Vec<String>, oneshot::Sender<Vec<(String, CoreResult<()>)>>),
-    /// OffsetDelete: each partition's result, or the group's error.
-    DeleteOffsets {
-        group_id: String,
-        partitions: Vec<TopicPartition>,
-        reply: oneshot::Sender<CoreResult<PartitionResults>>,
-    },
+    /// JoinGroup, SyncGroup, Heartbeat, LeaveGroup (`classic_api`).
+    Classic(ClassicCommand),
+    /// ConsumerGroupHeartbeat, ConsumerGroupDescribe (`consumer_api`).
+    Consumer(ConsumerCommand),
+    /// Committed and transactional offsets (`offsets_api`).
+    Offsets(OffsetsCommand),
+    /// DescribeGroups, ListGroups, DeleteGroups (`admin`).
+    Admin(AdminCommand),
 }
 
 impl Command {
     /// The group a command is about, if one: the coordinator must own it to answer.
     fn group_id(&self) -> Option<String> {
         match self {
-            Command::Join(group_id, ..)
-            | Command::Sync { group_id, .. }
-            | Command::Heartbeat { group_id, .. }
-            | Command::Leave { group_id, .. }
-            | Command::CompleteTxn { group_id, .. }
-            | Command::Fetch { group_id, .. }
-            | Command::DeleteOffsets { group_id, .. }
-            | Command::ConsumerHeartbeat { group_id, .. }
-            | Command::ConsumerDescribe(group_id, _) => Some(group_id.clone()),
-            Command::Commit(request, _) | Command::TxnCommit { request, .. } => Some(request.group_id.clone()),
-            Command::TxnGuard(_) | Command::Describe(..) | Command::List(_) | Command::Delete(..) => None,
+            Command::Classic(c) => Some(c.group_id().to_string()),
+            Command::Consumer(c) => Some(c.group_id().to_string()),
+            Command::Offsets(c) => c.group_id().map(str::to_string),
+            Command::Admin(_) => None,
         }
     }
 
     /// Answers the command with `error`, without handling it.
     fn refuse(self, error: CoreError) {
         match self {
-            Command::Join(_, _, _, reply) => drop(reply.send(Err(error))),
-            Command::Sync { reply, .. } => drop(reply.send(Err(error))),
-            Command::Heartbeat { reply, .. } => drop(reply.send(Err(error))),
-            Command::Leave { reply, .. } => drop(reply.send(Err(error))),
-            Command::Commit(_, reply) => drop(reply.send(Err(error))),
-            Command::TxnCommit { reply, .. } | Command::CompleteTxn { reply, .. } => drop(reply.send(Err(error))),
-            Command::Fetch { reply, .. } => drop(reply.send(Err(error))),
-            Command::DeleteOffsets { reply, .. } => drop(reply.send(Err(error))),
-            Command::ConsumerHeartbeat { reply, .. } => drop(reply.send(Err(error))),
-            Command::ConsumerDescribe(_, reply) => drop(reply.send(Err(error))),
-            Command::TxnGuard(_) | Command::Describe(..) | Command::List(_) | Command::Delete(..) => {}
+            Command::Classic(c) => c.refuse(error),
+            Command::Consumer(c) => c.refuse(error),
+            Command::Offsets(c) => c.refuse(error),
+            Command::Admin(_) => {}
         }
     }
+}
+
+/// The protocol that serves a group's members now (`GroupCoordinator::kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKind {
+    /// A classic group (JoinGroup and SyncGroup), with or without members.
+    Classic,
+    /// A consumer group (KIP-848) with members, classic ones too during a migration.
+    Consumer,
 }
 
 /// Each partition of a request and what became of it.
@@ -213,7 +166,7 @@ impl GroupsHandle {
         request: JoinRequest,
         topics: Arc<MetadataSnapshot>,
     ) -> CoreResult<JoinOutcome> {
-        self.ask(|r| Command::Join(group_id, request, topics, r)).await.unwrap_or_else(gone)
+        self.ask(|r| Command::Classic(ClassicCommand::Join(group_id, request, topics, r))).await.unwrap_or_else(gone)
     }
 
     pub async fn sync(
@@ -224,9 +177,11 @@ impl GroupsHandle {
         generation_id: i32,
         assignments: Vec<(String, Bytes)>,
     ) -> CoreResult<SyncOutcome> {
-        self.ask(|reply| Command::Sync { group_id, member_id, instance, generation_id, assignments, reply })
-            .await
-            .unwrap_or_else(gone)
+        self.ask(|reply| {
+            Command::Classic(ClassicCommand::Sync { group_id, member_id, instance, generation_id, assignments, reply })
+        })
+        .await
+        .unwrap_or_else(gone)
     }
 
     pub async fn heartbeat(
@@ -236,9 +191,11 @@ impl GroupsHandle {
         instance: Option<String>,
         generation_id: i32,
     ) -> CoreResult<()> {
-        self.ask(|reply| Command::Heartbeat { group_id, member_id, instance, generation_id, reply })
-            .await
-            .unwrap_or_else(gone)
+        self.ask(|reply| {
+            Command::Classic(ClassicCommand::Heartbeat { group_id, member_id, instance, generation_id, reply })
+        })
+        .await
+        .unwrap_or_else(gone)
     }
 
     pub async fn leave(
@@ -246,11 +203,13 @@ impl GroupsHandle {
         group_id: String,
         members: Vec<(String, Option<String>)>,
     ) -> CoreResult<Vec<CoreResult<()>>> {
-        self.ask(|reply| Command::Leave { group_id, members, reply }).await.unwrap_or_else(gone)
+        self.ask(|reply| Command::Classic(ClassicCommand::Leave { group_id, members, reply }))
+            .await
+            .unwrap_or_else(gone)
     }
 
     pub async fn commit(&self, request: CommitRequest) -> CoreResult<()> {
-        self.ask(|r| Command::Commit(request, r)).await.unwrap_or_else(gone)
+        self.ask(|r| Command::Offsets(OffsetsCommand::Commit(request, r))).await.unwrap_or_else(gone)
     }
 
     pub async fn fetch(
@@ -259,7 +218,7 @@ impl GroupsHandle {
         partitions: Option<Vec<TopicPartition>>,
         require_stable: bool,
     ) -> CoreResult<Vec<FetchedOffset>> {
-        self.ask(|reply| Command::Fetch { group_id, partitions, require_stable, reply })
+        self.ask(|reply| Command::Offsets(OffsetsCommand::Fetch { group_id, partitions, require_stable, reply }))
             .await
             .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
@@ -267,17 +226,23 @@ impl GroupsHandle {
     /// The guard to pass to `txn_commit`: read it before the transaction coordinator verifies
     /// the producer's transaction.
     pub async fn txn_guard(&self) -> CoreResult<u64> {
-        self.ask(Command::TxnGuard).await.ok_or(CoreError::CoordinatorNotAvailable)
+        self.ask(|reply| Command::Offsets(OffsetsCommand::TxnGuard(reply)))
+            .await
+            .ok_or(CoreError::CoordinatorNotAvailable)
     }
 
     /// TxnOffsetCommit: stages the offsets for the producer's open transaction.
     pub async fn txn_commit(&self, request: CommitRequest, producer_id: i64, guard: u64) -> CoreResult<()> {
-        self.ask(|reply| Command::TxnCommit { request, producer_id, guard, reply }).await.unwrap_or_else(gone)
+        self.ask(|reply| Command::Offsets(OffsetsCommand::TxnCommit { request, producer_id, guard, reply }))
+            .await
+            .unwrap_or_else(gone)
     }
 
     /// Ends the producer's staged offsets in the group: committed or dropped. Idempotent.
     pub async fn complete_txn(&self, group_id: String, producer_id: i64, commit: bool) -> CoreResult<()> {
-        self.ask(|reply| Command::CompleteTxn { group_id, producer_id, commit, reply }).await.unwrap_or_else(gone)
+        self.ask(|reply| Command::Offsets(OffsetsCommand::CompleteTxn { group_id, producer_id, commit, reply }))
+            .await
+            .unwrap_or_else(gone)
     }
 
     /// ConsumerGroupHeartbeat (KIP-848); the assignor gives out the topics of `topics`.
@@ -287,19 +252,25 @@ impl GroupsHandle {
         heartbeat: Heartbeat,
         topics: Arc<MetadataSnapshot>,
     ) -> CoreResult<HeartbeatAnswer> {
-        self.ask(|reply| Command::ConsumerHeartbeat { group_id, heartbeat, topics, reply }).await.unwrap_or_else(gone)
+        self.ask(|reply| {
+            Command::Consumer(ConsumerCommand::Heartbeat { group_id, heartbeat: Box::new(heartbeat), topics, reply })
+        })
+        .await
+        .unwrap_or_else(gone)
     }
 
     pub async fn consumer_describe(&self, group_id: String) -> CoreResult<Option<ConsumerGroup>> {
-        self.ask(|reply| Command::ConsumerDescribe(group_id, reply)).await.unwrap_or_else(gone)
+        self.ask(|reply| Command::Consumer(ConsumerCommand::Describe(group_id, reply))).await.unwrap_or_else(gone)
     }
 
     pub async fn describe(&self, group_ids: Vec<String>) -> CoreResult<Vec<GroupDescription>> {
-        self.ask(|r| Command::Describe(group_ids, r)).await.ok_or(CoreError::CoordinatorNotAvailable)
+        self.ask(|r| Command::Admin(AdminCommand::Describe(group_ids, r)))
+            .await
+            .ok_or(CoreError::CoordinatorNotAvailable)
     }
 
     pub async fn list(&self) -> CoreResult<Vec<GroupListing>> {
-        self.ask(Command::List).await.ok_or(CoreError::CoordinatorNotAvailable)
+        self.ask(|reply| Command::Admin(AdminCommand::List(reply))).await.ok_or(CoreError::CoordinatorNotAvailable)
     }
 
     /// Removes committed offsets of a group (OffsetDelete), as Apache allows it: the group must
@@ -311,11 +282,13 @@ impl GroupsHandle {
         group_id: String,
         partitions: Vec<TopicPartition>,
     ) -> CoreResult<PartitionResults> {
-        self.ask(|reply| Command::DeleteOffsets { group_id, partitions, reply }).await.unwrap_or_else(gone)
+        self.ask(|reply| Command::Offsets(OffsetsCommand::DeleteOffsets { group_id, partitions, reply }))
+            .await
+            .unwrap_or_else(gone)
     }
 
     pub async fn delete(&self, group_ids: Vec<String>) -> CoreResult<Vec<(String, CoreResult<()>)>> {
-        self.ask(|r| Command::Delete(group_ids, r)).await.ok_or(CoreError::CoordinatorNotAvailable)
+        self.ask(|r| Command::Admin(AdminCommand::Delete(group_ids, r))).await.ok_or(CoreError::CoordinatorNotAvailable)
     }
 }
 
@@ -328,10 +301,9 @@ struct GroupCoordinator<E: Env> {
     offsets: OffsetStore<E::Volume>,
     parked_joins: BTreeMap<(String, String), oneshot::Sender<CoreResult<JoinOutcome>>>,
     parked_syncs: BTreeMap<(String, String), oneshot::Sender<CoreResult<SyncOutcome>>>,
-    /// Transactions ended so far; `last_completion` holds the number of the last one per
-    /// (group, producer id). Together they are the TxnOffsetCommit guard.
-    completions: u64,
-    last_completion: BTreeMap<(String, i64), u64>,
+    /// The ends of transactions' staged offsets, numbered per (group, producer id): the
+    /// TxnOffsetCommit guard.
+    ends: EndGuard<(String, i64)>,
     membership: MembershipHandle,
     /// The groups this broker holds: group id -> epoch and lease session.
     ownership: Ownership<E::Volume, String>,
@@ -352,8 +324,7 @@ pub async fn start<E: Env>(
         offsets,
         parked_joins: BTreeMap::new(),
         parked_syncs: BTreeMap::new(),
-        completions: 0,
-        last_completion: BTreeMap::new(),
+        ends: EndGuard::default(),
         ownership: Ownership::new(env.volume().clone(), Kind::Group, |group_id| group_key(group_id)),
         membership,
     };
@@ -363,38 +334,17 @@ pub async fn start<E: Env>(
     Ok(GroupsHandle { tx })
 }
 
-/// A subscribed topic as the assignor sees it (only the topics members subscribe to are
-/// looked up, not every topic there is).
-fn topic_metadata(topics: &MetadataSnapshot, name: &str) -> Option<TopicMetadata> {
-    let t = topics.topics.get(name)?;
-    Some(TopicMetadata { topic_id: t.meta.topic_id, name: name.to_string(), partitions: t.partitions.len() as i32 })
-}
-
-/// SyncGroup from a classic member of a consumer group: what it owns at its member epoch, in
-/// the consumer protocol at its subscription's version.
-fn classic_sync_to_consumer_group(
-    group: &mut ConsumerGroup,
-    member_id: &str,
-    instance: Option<String>,
-    generation_id: i32,
-    now: Instant,
-) -> CoreResult<SyncOutcome> {
-    let assigned = group.classic_sync(member_id, instance.as_deref(), generation_id, now)?;
-    let member =
-        group.members.values().find(|m| m.member_id == member_id || (instance.is_some() && m.instance_id == instance));
-    let protocols = member.and_then(|m| m.classic.as_ref()).map(|c| c.protocols.clone()).unwrap_or_default();
-    let version = migration::assignment_version(&protocols);
-    Ok(SyncOutcome {
-        protocol_type: "consumer".into(),
-        protocol_name: protocols.first().map(|(n, _)| n.clone()).unwrap_or_default(),
-        assignment: embedded::encode_assignment(&migration::by_name(&assigned, group), version),
-    })
-}
-
 impl<E: Env> GroupCoordinator<E> {
-    fn group_mut(&mut self, group_id: &str) -> &mut Group {
-        let delay = self.config.group_initial_rebalance_delay_ms;
-        self.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id.to_string(), delay))
+    /// Which protocol serves `group_id`'s members now: a consumer group with members (its
+    /// classic members included, during a migration), else a classic group (a group with
+    /// offsets is one, Empty); None when there is neither (an empty consumer group gives way to
+    /// a classic join).
+    fn kind(&self, group_id: &str) -> Option<GroupKind> {
+        match (self.consumer_groups.get(group_id), self.groups.contains_key(group_id)) {
+            (Some(consumer), _) if !consumer.is_empty() => Some(GroupKind::Consumer),
+            (_, true) => Some(GroupKind::Classic),
+            _ => None,
+        }
     }
 
     /// Whether this broker may answer for `group_id` now, claiming and loading it first if the
@@ -600,515 +550,13 @@ impl<E: Env> GroupCoordinator<E> {
         }
     }
 
-    fn validate_join(&self, group_id: &str, req: &JoinRequest) -> CoreResult<()> {
-        if group_id.is_empty() {
-            return Err(CoreError::InvalidGroupId);
-        }
-        let c = &self.config;
-        if req.session_timeout_ms < c.group_min_session_timeout_ms
-            || req.session_timeout_ms > c.group_max_session_timeout_ms
-        {
-            return Err(CoreError::InvalidSessionTimeout);
-        }
-        if let Some(g) = self.groups.get(group_id)
-            && req.member_id.is_empty()
-            && g.members.len() >= c.group_max_size
-            && self.consumer_group(group_id).is_none()
-        {
-            return Err(CoreError::GroupMaxSizeReached);
-        }
-        Ok(())
-    }
-
     async fn handle(&mut self, command: Command) {
         let now = self.env.clock().monotonic();
         match command {
-            Command::Join(group_id, request, topics, reply) => {
-                tracing::debug!(group = %group_id, member = %request.member_id, "join");
-                if let Err(e) = self.validate_join(&group_id, &request) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                if self.consumer_group(&group_id).is_some() {
-                    let _ = reply.send(self.classic_join_to_consumer_group(&group_id, request, &topics, now));
-                    // A classic member that took the last consumer-protocol member's place.
-                    self.maybe_downgrade(&group_id, false, now);
-                    return;
-                }
-                // An empty consumer group gives way to the classic group.
-                self.consumer_groups.remove(&group_id);
-                if !request.member_id.is_empty() && !self.groups.contains_key(&group_id) {
-                    let _ = reply.send(Err(CoreError::UnknownMemberId));
-                    return;
-                }
-                let unique = self.env.rng().next_u64();
-                let mut replies = Vec::new();
-                let group = self.group_mut(&group_id);
-                let action = group.join(request, now, unique, &mut replies);
-                group.check_invariants();
-                match action {
-                    JoinAction::Done(result) => drop(reply.send(result)),
-                    JoinAction::Parked { member_id } => {
-                        // A join parked twice (a client retry) answers the older one as replaced.
-                        if let Some(old) = self.parked_joins.insert((group_id.clone(), member_id), reply) {
-                            let _ = old.send(Err(CoreError::UnknownMemberId));
-                        }
-                    }
-                }
-                self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
-            }
-            Command::Sync { group_id, member_id, instance, generation_id, assignments, reply } => {
-                if let Some(group) = self.consumer_groups.get_mut(&group_id).filter(|c| !c.is_empty()) {
-                    let _ = reply.send(classic_sync_to_consumer_group(group, &member_id, instance, generation_id, now));
-                    return;
-                }
-                let Some(group) = self.groups.get_mut(&group_id) else {
-                    let _ = reply.send(Err(CoreError::UnknownMemberId));
-                    return;
-                };
-                let mut replies = Vec::new();
-                let answer = group.sync(&member_id, instance.as_deref(), generation_id, assignments, now, &mut replies);
-                group.check_invariants();
-                // The rebalance's end is durable before any member hears of its assignment.
-                self.persist_memberships().await;
-                match answer {
-                    Some(result) => drop(reply.send(result)),
-                    None => {
-                        self.parked_syncs.insert((group_id.clone(), member_id), reply);
-                    }
-                }
-                self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
-            }
-            Command::Heartbeat { group_id, member_id, instance, generation_id, reply } => {
-                if let Some(group) = self.consumer_groups.get_mut(&group_id).filter(|c| !c.is_empty()) {
-                    let _ = reply.send(group.classic_heartbeat(&member_id, instance.as_deref(), generation_id, now));
-                    return;
-                }
-                let result = match self.groups.get_mut(&group_id) {
-                    Some(group) => group.heartbeat(&member_id, instance.as_deref(), generation_id, now),
-                    None => Err(CoreError::UnknownMemberId),
-                };
-                let _ = reply.send(result);
-            }
-            Command::Leave { group_id, members, reply } => {
-                if let Some(group) = self.consumer_groups.get_mut(&group_id).filter(|c| !c.is_empty()) {
-                    let results =
-                        members.iter().map(|(id, instance)| group.classic_leave(id, instance.as_deref())).collect();
-                    let _ = reply.send(Ok(results));
-                    self.maybe_downgrade(&group_id, true, now);
-                    return;
-                }
-                let Some(group) = self.groups.get_mut(&group_id) else {
-                    let _ = reply.send(Err(CoreError::UnknownMemberId));
-                    return;
-                };
-                let mut replies = Vec::new();
-                let results = members
-                    .iter()
-                    .map(|(id, instance)| group.leave(id, instance.as_deref(), now, &mut replies))
-                    .collect();
-                group.check_invariants();
-                let _ = reply.send(Ok(results));
-                self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
-            }
-            Command::Commit(request, reply) => {
-                let _ = reply.send(self.commit(request, now).await);
-            }
-            Command::TxnGuard(reply) => {
-                let _ = reply.send(self.completions);
-            }
-            Command::TxnCommit { request, producer_id, guard, reply } => {
-                let _ = reply.send(self.txn_commit(request, producer_id, guard).await);
-            }
-            Command::CompleteTxn { group_id, producer_id, commit, reply } => {
-                self.completions += 1;
-                self.last_completion.insert((group_id.clone(), producer_id), self.completions);
-                let result = match self.offsets.complete_txn(&group_id, producer_id, commit).await {
-                    Ok(()) => self.verify_lease(&group_id).await,
-                    Err(e) => Err(e),
-                };
-                let _ = reply.send(result);
-            }
-            Command::Fetch { group_id, partitions, require_stable, reply } => {
-                let fetched = self.offsets.fetch(&group_id, partitions);
-                let answered = fetched
-                    .into_iter()
-                    .map(|(tp, committed)| {
-                        if require_stable && self.offsets.has_pending(&group_id, &tp) {
-                            (tp, Err(CoreError::UnstableOffsetCommit))
-                        } else {
-                            (tp, Ok(committed))
-                        }
-                    })
-                    .collect();
-                let _ = reply.send(Ok(answered));
-            }
-            Command::Describe(group_ids, reply) => {
-                for id in &group_ids {
-                    // A group this broker cannot take over is described as having no members.
-                    let _ = self.acquire(id).await;
-                }
-                let _ = reply.send(group_ids.iter().map(|id| self.describe(id)).collect());
-            }
-            Command::List(reply) => {
-                let consumer = |id: &String| self.consumer_groups.get(id).filter(|c| !c.is_empty());
-                let mut listing: Vec<GroupListing> = self
-                    .groups
-                    .values()
-                    .filter(|g| consumer(&g.group_id).is_none())
-                    .map(|g| GroupListing {
-                        group_id: g.group_id.clone(),
-                        protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                        state: g.state.name(),
-                        group_type: "classic",
-                    })
-                    .collect();
-                listing.extend(
-                    self.consumer_groups
-                        .values()
-                        .filter(|c| !c.is_empty() || !self.groups.contains_key(&c.group_id))
-                        .map(|c| GroupListing {
-                            group_id: c.group_id.clone(),
-                            protocol_type: "consumer".into(),
-                            state: c.state_name(),
-                            group_type: "consumer",
-                        }),
-                );
-                listing.sort_by(|a, b| a.group_id.cmp(&b.group_id));
-                let _ = reply.send(listing);
-            }
-            Command::ConsumerHeartbeat { group_id, heartbeat, topics, reply } => {
-                let _ = reply.send(self.consumer_heartbeat(&group_id, heartbeat, &topics, now).await);
-                // Only a leave can leave every member classic.
-                self.maybe_downgrade(&group_id, true, now);
-            }
-            Command::ConsumerDescribe(group_id, reply) => {
-                let _ = reply.send(Ok(self.consumer_groups.get(&group_id).cloned()));
-            }
-            Command::DeleteOffsets { group_id, partitions, reply } => {
-                let _ = reply.send(self.delete_offsets(&group_id, partitions).await);
-            }
-            Command::Delete(group_ids, reply) => {
-                let mut results = Vec::new();
-                for id in group_ids {
-                    let result = match self.acquire(&id).await {
-                        Ok(()) => self.delete(&id).await,
-                        Err(e) => Err(e),
-                    };
-                    results.push((id, result));
-                }
-                let _ = reply.send(results);
-            }
+            Command::Classic(command) => self.handle_classic(command, now).await,
+            Command::Consumer(command) => self.handle_consumer(command, now).await,
+            Command::Offsets(command) => self.handle_offsets(command, now).await,
+            Command::Admin(command) => self.handle_admin(command).await,
         }
-    }
-
-    /// A ConsumerGroupHeartbeat: the group is made if it is new, and a live classic group is
-    /// upgraded by a member joining it if the migration policy allows (`migration`).
-    async fn consumer_heartbeat(
-        &mut self,
-        group_id: &str,
-        heartbeat: Heartbeat,
-        topics: &MetadataSnapshot,
-        now: Instant,
-    ) -> CoreResult<HeartbeatAnswer> {
-        if group_id.is_empty() {
-            return Err(CoreError::InvalidGroupId);
-        }
-        let topic = |name: &str| topic_metadata(topics, name);
-        let mut upgraded = false;
-        let group = match self.groups.get(group_id).filter(|g| !g.is_empty()) {
-            Some(classic) => {
-                if heartbeat.member_epoch != 0 {
-                    // A member of a consumer group that is classic again (it was fenced, and the
-                    // group downgraded; or the coordinator carried the classic group on after
-                    // a restart): it joins again, as any member the group no longer knows.
-                    // Apache answers GROUP_ID_NOT_FOUND, which the Java consumer takes as fatal.
-                    return Err(CoreError::UnknownMemberId);
-                }
-                if !self.config.group_consumer_migration_policy.upgrades() {
-                    return Err(CoreError::GroupIdNotFound);
-                }
-                if classic.members.len() > self.config.group_consumer_max_size {
-                    return Err(CoreError::GroupIdNotFound);
-                }
-                upgraded = true;
-                migration::upgrade(classic, &topic, now).map_err(|why| {
-                    tracing::info!(group = group_id, why, "cannot upgrade the classic group");
-                    CoreError::GroupIdNotFound
-                })?
-            }
-            None if heartbeat.member_epoch != 0 && !self.consumer_groups.contains_key(group_id) => {
-                // Only a join makes a group. Apache answers GROUP_ID_NOT_FOUND here; kaas keeps
-                // consumer-protocol members in memory, so a member of a group this coordinator
-                // no longer knows (it restarted, or took the group over) is told to join again.
-                return Err(CoreError::UnknownMemberId);
-            }
-            // A join refused leaves no group behind.
-            None => self.consumer_groups.remove(group_id).unwrap_or_else(|| ConsumerGroup::new(group_id.to_string())),
-        };
-        let mut group = group;
-        // Drawn whether or not the member needs it, so that the draws do not depend on it.
-        let fresh_id = self.new_member_id();
-        let answer = group.heartbeat(heartbeat, &topic, self.consumer_settings(), now, || fresh_id);
-        if upgraded {
-            // The upgrade rode on the join: refused, the classic group stays as it was.
-            let answer = answer?;
-            self.upgraded(group_id).await;
-            self.consumer_groups.insert(group_id.to_string(), group);
-            return Ok(answer);
-        }
-        if answer.is_ok() || group.group_epoch > 0 {
-            self.consumer_groups.insert(group_id.to_string(), group);
-        }
-        answer
-    }
-
-    fn consumer_settings(&self) -> consumer::Settings {
-        consumer::Settings {
-            session_timeout_ms: self.config.group_consumer_session_timeout_ms,
-            max_size: self.config.group_consumer_max_size,
-        }
-    }
-
-    /// The classic group `group_id` became a consumer group: the joins and syncs it parked are
-    /// told to join again (now as members of the consumer group), and its classic membership
-    /// is no longer what a new coordinator should carry on.
-    async fn upgraded(&mut self, group_id: &str) {
-        tracing::info!(group = group_id, "classic group upgraded to a consumer group");
-        self.groups.remove(group_id);
-        let joins: Vec<_> = self.parked_joins.keys().filter(|(g, _)| g == group_id).cloned().collect();
-        for key in joins {
-            if let Some(tx) = self.parked_joins.remove(&key) {
-                let _ = tx.send(Err(CoreError::RebalanceInProgress));
-            }
-        }
-        let syncs: Vec<_> = self.parked_syncs.keys().filter(|(g, _)| g == group_id).cloned().collect();
-        for key in syncs {
-            if let Some(tx) = self.parked_syncs.remove(&key) {
-                let _ = tx.send(Err(CoreError::RebalanceInProgress));
-            }
-        }
-        if let Err(e) = self.offsets.set_membership(group_id, None).await {
-            // A take-over before the next write may carry the classic group on; its members'
-            // generations are then behind, and they join again.
-            tracing::warn!(group = group_id, error = %e, "cannot clear the upgraded group's classic membership");
-        }
-    }
-
-    /// A consumer group whose members all speak the classic protocol goes back to being a
-    /// classic group, which rebalances, if the migration policy allows. Its generation is the
-    /// group epoch, before the bump of the removal that left only classic members (`removed`),
-    /// as Apache converts the group instead of bumping it: the classic members' generation is
-    /// then current, and their heartbeats are told REBALANCE_IN_PROGRESS, not ILLEGAL_GENERATION.
-    fn maybe_downgrade(&mut self, group_id: &str, removed: bool, now: Instant) {
-        let Some(group) = self.consumer_groups.get(group_id) else { return };
-        if !group.all_classic()
-            || !self.config.group_consumer_migration_policy.downgrades()
-            || group.members.len() > self.config.group_max_size
-        {
-            return;
-        }
-        let mut replies = Vec::new();
-        let generation = if removed { group.group_epoch - 1 } else { group.group_epoch };
-        let delay = self.config.group_initial_rebalance_delay_ms;
-        let classic = migration::downgrade(group, generation, delay, now, &mut replies);
-        tracing::info!(
-            group = group_id,
-            generation = classic.generation_id,
-            "consumer group downgraded to a classic group"
-        );
-        self.consumer_groups.remove(group_id);
-        self.groups.insert(group_id.to_string(), classic);
-        self.deliver(replies.into_iter().map(|r| (group_id.to_string(), r)).collect());
-    }
-
-    /// A JoinGroup to a consumer group: the member joins it with the subscription its
-    /// consumer-protocol bytes carry and is answered at once, at its member epoch, with no
-    /// leader (the coordinator assigns).
-    fn classic_join_to_consumer_group(
-        &mut self,
-        group_id: &str,
-        req: JoinRequest,
-        topics: &MetadataSnapshot,
-        now: Instant,
-    ) -> CoreResult<JoinOutcome> {
-        if req.protocol_type != "consumer" || req.protocols.is_empty() {
-            return Err(CoreError::InconsistentGroupProtocol);
-        }
-        let (protocol_name, metadata) = req.protocols[0].clone();
-        let subscription = embedded::decode_subscription(&metadata).ok_or(CoreError::InconsistentGroupProtocol)?;
-        let new_member = req.member_id.is_empty();
-        let member_id = match new_member {
-            true => self.new_member_id(),
-            false => req.member_id.clone(),
-        };
-        if new_member && req.require_known_member_id && req.group_instance_id.is_none() {
-            return Err(CoreError::MemberIdRequired(member_id));
-        }
-        let topic = |name: &str| topic_metadata(topics, name);
-        let join = ClassicJoin {
-            member_id: member_id.clone(),
-            new_member,
-            instance_id: req.group_instance_id,
-            rack_id: subscription.rack_id,
-            client_id: req.client_id,
-            client_host: req.client_host,
-            session_timeout_ms: req.session_timeout_ms,
-            rebalance_timeout_ms: req.rebalance_timeout_ms,
-            protocols: req.protocols,
-            subscribed_topic_names: subscription.topics.into_iter().collect(),
-            owned: migration::by_id(&subscription.owned, &topic),
-        };
-        let settings = self.consumer_settings();
-        let group = self.consumer_groups.get_mut(group_id).expect("a consumer group with members");
-        let member_epoch = group.classic_join(join, &topic, settings, now)?;
-        Ok(JoinOutcome {
-            generation_id: member_epoch,
-            protocol_type: "consumer".into(),
-            protocol_name,
-            leader: String::new(),
-            member_id,
-            members: Vec::new(),
-        })
-    }
-
-    /// A member id for a new member of a consumer group.
-    fn new_member_id(&self) -> String {
-        let unique = [self.env.rng().next_u64(), self.env.rng().next_u64()];
-        crate::hex::encode(&[unique[0].to_be_bytes(), unique[1].to_be_bytes()].concat())
-    }
-
-    /// The consumer group of `group_id` with members, if there is one: commits are checked
-    /// against it rather than against a classic group.
-    fn consumer_group(&self, group_id: &str) -> Option<&ConsumerGroup> {
-        self.consumer_groups.get(group_id).filter(|c| !c.is_empty())
-    }
-
-    async fn commit(&mut self, request: CommitRequest, now: Instant) -> CoreResult<()> {
-        if request.group_id.is_empty() {
-            return Err(CoreError::InvalidGroupId);
-        }
-        if let Some(consumer) = self.consumer_group(&request.group_id) {
-            consumer.check_commit(&request.member_id, request.generation_id)?;
-        } else {
-            let group = self.group_mut(&request.group_id);
-            group.check_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
-            group.touch(&request.member_id, now);
-        }
-        if crate::buggify!("groups.slow_commit") {
-            // A slow volume: the coordinator stalls with the commit neither durable nor answered.
-            self.env.clock().sleep_ms(self.env.rng().below(200)).await;
-        }
-        let now_ms = self.env.clock().now_ms();
-        self.offsets.commit(&request.group_id, request.offsets, now_ms).await?;
-        self.verify_lease(&request.group_id).await
-    }
-
-    async fn txn_commit(&mut self, request: CommitRequest, producer_id: i64, guard: u64) -> CoreResult<()> {
-        if request.group_id.is_empty() {
-            return Err(CoreError::InvalidGroupId);
-        }
-        let key = (request.group_id.clone(), producer_id);
-        if self.last_completion.get(&key).is_some_and(|&n| n > guard) {
-            // The transaction ended after it was verified: this is a late request of it.
-            return Err(CoreError::InvalidTxnState);
-        }
-        if let Some(consumer) = self.consumer_group(&request.group_id) {
-            // TxnOffsetCommit's versions know no member epochs: a stale one is an old generation.
-            consumer.check_commit(&request.member_id, request.generation_id).map_err(|e| match e {
-                CoreError::StaleMemberEpoch | CoreError::FencedMemberEpoch => CoreError::IllegalGeneration,
-                e => e,
-            })?;
-        } else {
-            let group = self.group_mut(&request.group_id);
-            group.check_txn_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
-        }
-        let now_ms = self.env.clock().now_ms();
-        self.offsets.stage(&request.group_id, producer_id, request.offsets, now_ms).await?;
-        self.verify_lease(&request.group_id).await
-    }
-
-    fn describe(&self, group_id: &str) -> GroupDescription {
-        let Some(g) = self.groups.get(group_id) else {
-            return GroupDescription {
-                group_id: group_id.to_string(),
-                state: None,
-                protocol_type: String::new(),
-                protocol_name: String::new(),
-                members: Vec::new(),
-            };
-        };
-        let protocol_name = g.protocol_name.clone().unwrap_or_default();
-        let stable = g.state == GroupState::Stable;
-        let members = g
-            .members
-            .values()
-            .map(|m| MemberDescription {
-                member_id: m.member_id.clone(),
-                group_instance_id: m.group_instance_id.clone(),
-                client_id: m.client_id.clone(),
-                client_host: m.client_host.clone(),
-                metadata: m
-                    .protocols
-                    .iter()
-                    .find(|(n, _)| *n == protocol_name)
-                    .map(|(_, b)| b.clone())
-                    .unwrap_or_default(),
-                assignment: if stable { m.assignment.clone() } else { Bytes::new() },
-            })
-            .collect();
-        GroupDescription {
-            group_id: group_id.to_string(),
-            state: Some(g.state),
-            protocol_type: g.protocol_type.clone().unwrap_or_default(),
-            protocol_name: if stable { protocol_name } else { String::new() },
-            members,
-        }
-    }
-
-    async fn delete_offsets(
-        &mut self,
-        group_id: &str,
-        partitions: Vec<TopicPartition>,
-    ) -> CoreResult<PartitionResults> {
-        let subscribed = match (self.consumer_groups.get(group_id), self.groups.get(group_id)) {
-            // A consumer group's members say what they subscribe to (classic ones too).
-            (Some(consumer), _) if !consumer.is_empty() => {
-                Some(consumer.members.values().flat_map(|m| m.subscribed_topic_names.iter().cloned()).collect())
-            }
-            (_, Some(group)) if !group.is_empty() => match group.protocol_type.as_deref() {
-                Some("consumer") => group.subscribed_topics(),
-                _ => return Err(CoreError::NonEmptyGroup),
-            },
-            (None, None) => return Err(CoreError::GroupIdNotFound),
-            _ => Some(BTreeSet::new()),
-        };
-        let refused = |(topic, _): &TopicPartition| subscribed.as_ref().is_none_or(|s| s.contains(topic));
-        let deleted: Vec<TopicPartition> = partitions.iter().filter(|tp| !refused(tp)).cloned().collect();
-        self.offsets.delete_offsets(group_id, &deleted).await?;
-        self.verify_lease(group_id).await?;
-        Ok(partitions
-            .into_iter()
-            .map(|tp| {
-                let result = if refused(&tp) { Err(CoreError::GroupSubscribedToTopic) } else { Ok(()) };
-                (tp, result)
-            })
-            .collect())
-    }
-
-    async fn delete(&mut self, group_id: &str) -> CoreResult<()> {
-        let consumer = self.consumer_groups.get(group_id);
-        if consumer.is_some_and(|c| !c.is_empty()) {
-            return Err(CoreError::NonEmptyGroup);
-        }
-        match self.groups.get(group_id) {
-            None if consumer.is_none() => return Err(CoreError::GroupIdNotFound),
-            Some(g) if !g.is_empty() => return Err(CoreError::NonEmptyGroup),
-            _ => {}
-        }
-        self.offsets.delete_group(group_id).await?;
-        self.groups.remove(group_id);
-        self.consumer_groups.remove(group_id);
-        Ok(())
     }
 }
