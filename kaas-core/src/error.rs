@@ -2,8 +2,6 @@
 //! nothing here knows the wire. Each says whether its effect is unknown (a retry may find the
 //! operation done) or none (nothing happened), which is what the simulator's checker needs.
 
-use crate::partition::log::batch::BatchError;
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoreError {
     // Topics and partitions.
@@ -92,26 +90,6 @@ impl CoreError {
     /// True when a request that got this error may nevertheless have taken effect.
     pub fn effect_unknown(&self) -> bool {
         matches!(self, CoreError::Storage(_))
-    }
-}
-
-impl From<BatchError> for CoreError {
-    fn from(e: BatchError) -> Self {
-        match e {
-            BatchError::Corrupt => CoreError::CorruptMessage,
-            BatchError::UnsupportedMagic => CoreError::UnsupportedForMessageFormat,
-            BatchError::InvalidRecord => CoreError::InvalidRecord,
-        }
-    }
-}
-
-impl From<crate::partition::log::LogError> for CoreError {
-    fn from(e: crate::partition::log::LogError) -> Self {
-        match e {
-            crate::partition::log::LogError::OffsetOutOfRange => CoreError::OffsetOutOfRange,
-            crate::partition::log::LogError::Fenced(_) => CoreError::NotLeaderOrFollower,
-            other => CoreError::Storage(other.to_string()),
-        }
     }
 }
 

@@ -10,7 +10,6 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::Broker;
-use crate::cluster::txn_key;
 use crate::env::Env;
 use crate::error::{CoreError, CoreResult};
 use crate::group::CommitRequest;
@@ -18,6 +17,7 @@ use crate::participant::{Join, Participant, TxnWriter};
 use crate::partition::log::batch::{self, BatchHeader};
 use crate::partition::{self, AppendOutcome, PartitionHandle};
 use crate::topics::MetadataSnapshot;
+use crate::txn::state::txn_key;
 
 /// One partition's answer to a Produce: known at once (refused before anything was queued, or
 /// acks=0), or once the append is durable.

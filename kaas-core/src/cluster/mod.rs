@@ -4,11 +4,13 @@
 //! - `membership`: the actor that renews this broker's lease, reads the peers' and publishes the
 //!   `ClusterView`: the live set, this broker's own lease validity, and ownership by rendezvous
 //!   hash. One broker alone is a cluster of one: it owns everything.
-//! - `claims`: ownership epochs, claimed by exclusive create once the old holder is gone.
+//! - `claims`: ownership epochs, claimed by exclusive create once the old holder is gone;
+//!   `ownership`: what one actor holds (claimed, held at an epoch in a lease session, released).
 //! - `reassignment`: the rules of partition reassignments, which set a partition's preferred
 //!   owners; `assignments`: where the replica lists they set are kept, by revision.
-//! - `peers`: what this broker asks of its peers (markers, KIP-890 verification), for the wire
-//!   client in kaas-net to send.
+//! - `producer_ids`: blocks of producer ids claimed from the volume, never handed out twice.
+//!
+//! The names of owned things (`partition_key`, `group_key`, `txn_slot_key`) are here too.
 
 pub mod assignments;
 pub mod claims;
@@ -34,11 +36,6 @@ pub fn partition_key(topic: &str, partition: i32) -> String {
 /// The ownership key of a transaction slot (`txn::state::slot`).
 pub fn txn_slot_key(slot: u32) -> String {
     format!("txn-slot-{slot}")
-}
-
-/// The ownership key of the transaction slot of `transactional_id`.
-pub fn txn_key(transactional_id: &str) -> String {
-    txn_slot_key(crate::txn::state::slot(transactional_id))
 }
 
 /// The ownership key of a consumer group. Group ids are any string; the key is hashed only.

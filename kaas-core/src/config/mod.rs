@@ -6,9 +6,6 @@ pub mod settings;
 
 use std::collections::BTreeMap;
 
-use crate::group::migration::MigrationPolicy;
-use crate::partition::log::LogConfig;
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerConfig {
     pub broker_id: i32,
@@ -303,6 +300,61 @@ const KNOWN_TOPIC_CONFIGS: &[&str] = &[
     "segment.jitter.ms",
     "unclean.leader.election.enable",
 ];
+
+/// A partition log's settings (`partition::log`), from the topic's configs over the broker's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub index_interval_bytes: u64,
+    /// -1: keep forever.
+    pub retention_ms: i64,
+    /// -1: no size limit.
+    pub retention_bytes: i64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            index_interval_bytes: 4096,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+        }
+    }
+}
+
+/// Apache's `group.consumer.migration.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationPolicy {
+    Disabled,
+    Upgrade,
+    Downgrade,
+    Bidirectional,
+}
+
+impl MigrationPolicy {
+    pub fn upgrades(self) -> bool {
+        matches!(self, MigrationPolicy::Upgrade | MigrationPolicy::Bidirectional)
+    }
+
+    pub fn downgrades(self) -> bool {
+        matches!(self, MigrationPolicy::Downgrade | MigrationPolicy::Bidirectional)
+    }
+}
+
+impl std::str::FromStr for MigrationPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "disabled" => Ok(MigrationPolicy::Disabled),
+            "upgrade" => Ok(MigrationPolicy::Upgrade),
+            "downgrade" => Ok(MigrationPolicy::Downgrade),
+            "bidirectional" => Ok(MigrationPolicy::Bidirectional),
+            other => Err(format!("{other:?} is not one of disabled, upgrade, downgrade, bidirectional")),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

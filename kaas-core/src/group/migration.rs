@@ -21,39 +21,7 @@ use super::assignor::{Assignment, TopicMetadata};
 use super::consumer::{ClassicJoin, ConsumerGroup};
 use super::embedded::{self, Partitions};
 use super::state::{Group, Member, Reply};
-
-/// Apache's `group.consumer.migration.policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MigrationPolicy {
-    Disabled,
-    Upgrade,
-    Downgrade,
-    Bidirectional,
-}
-
-impl MigrationPolicy {
-    pub fn upgrades(self) -> bool {
-        matches!(self, MigrationPolicy::Upgrade | MigrationPolicy::Bidirectional)
-    }
-
-    pub fn downgrades(self) -> bool {
-        matches!(self, MigrationPolicy::Downgrade | MigrationPolicy::Bidirectional)
-    }
-}
-
-impl std::str::FromStr for MigrationPolicy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "disabled" => Ok(MigrationPolicy::Disabled),
-            "upgrade" => Ok(MigrationPolicy::Upgrade),
-            "downgrade" => Ok(MigrationPolicy::Downgrade),
-            "bidirectional" => Ok(MigrationPolicy::Bidirectional),
-            other => Err(format!("{other:?} is not one of disabled, upgrade, downgrade, bidirectional")),
-        }
-    }
-}
+pub use crate::config::MigrationPolicy;
 
 impl std::fmt::Display for MigrationPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -32,7 +32,6 @@ use tokio::sync::{oneshot, watch};
 
 use crate::cluster::ClusterView;
 use crate::cluster::claims::{Claims, Kind};
-use crate::cluster::txn_key;
 use crate::env::{Clock, Env, Spawner, Volume, join};
 use crate::error::{CoreError, CoreResult};
 use crate::group::GroupsHandle;
@@ -41,6 +40,7 @@ use crate::topics::TopicsHandle;
 use crate::txn::markers::write_markers_here;
 use crate::txn::peers::Markers;
 use crate::txn::state::TxnState;
+use crate::txn::state::txn_key;
 use crate::txn::store;
 
 pub const MARKER_QUEUE_DIR: &str = "__cluster/marker_queue";

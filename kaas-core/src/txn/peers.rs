@@ -1,7 +1,7 @@
-//! Calls to peer brokers: the transaction coordinator's markers to a partition's or a group's
-//! owner (WriteTxnMarkers), and a partition owner's KIP-890 verification with the coordinator
-//! of a transactional id (AddPartitionsToTxn: verify_only, or an add for a v2 write). kaas-core says what to ask and of
-//! whom; the wire client that asks is kaas-net's (`kaas_net::peers`), attached when a server
+//! Calls to peer brokers: the transaction coordinator's markers to a participant's owner
+//! (WriteTxnMarkers), and a participant owner's KIP-890 verification with the coordinator of a
+//! transactional id (AddPartitionsToTxn: verify_only, or an add for a v2 write). kaas-core says
+//! what to ask and of whom; the wire client that asks is kaas-net's (`kaas_net::peers`), attached when a server
 //! starts. Without one (a broker in a unit test) every call fails at once, retriably.
 //!
 //! A group is named on the wire as the pseudo-topic `__consumer_offsets/<group id>`,

@@ -25,6 +25,11 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+/// The ownership key of the transaction slot of `transactional_id`.
+pub fn txn_key(transactional_id: &str) -> String {
+    crate::cluster::txn_slot_key(slot(transactional_id))
+}
+
 /// Transaction-state slots, as Apache's `transaction.state.log.num.partitions` default.
 pub const SLOTS: u32 = 50;
 

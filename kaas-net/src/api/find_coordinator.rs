@@ -2,8 +2,9 @@
 //! or a transactional id (key type 1) is the owner of its group or transaction slot by the
 //! membership's view; COORDINATOR_NOT_AVAILABLE while no broker may own it.
 
-use kaas_core::cluster::{ClusterView, group_key, txn_key};
+use kaas_core::cluster::{ClusterView, group_key};
 use kaas_core::env::Env;
+use kaas_core::txn::state::txn_key;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader};

@@ -15,31 +15,11 @@ use super::control::Marker;
 use super::records::TimestampAndOffset;
 use super::segment::{self, Segment};
 use crate::cluster::Claimed;
+pub use crate::config::LogConfig;
 use crate::env::{Volume, VolumeFile, join};
 
 const PARTITION_STATE_FILE: &str = "partition.json";
 const PARTITION_STATE_VERSION: u32 = 1;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogConfig {
-    pub segment_bytes: u64,
-    pub index_interval_bytes: u64,
-    /// -1: keep forever.
-    pub retention_ms: i64,
-    /// -1: no size limit.
-    pub retention_bytes: i64,
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        LogConfig {
-            segment_bytes: 1 << 30,
-            index_interval_bytes: 4096,
-            retention_ms: 7 * 24 * 3600 * 1000,
-            retention_bytes: -1,
-        }
-    }
-}
 
 #[derive(Debug)]
 pub enum LogError {

@@ -1,6 +1,6 @@
-//! The idempotent producer: producer ids handed out from persisted blocks (`ids`), and the
-//! per-partition state that recognises retried batches (`state`, kept across restarts by
-//! `snapshot`).
+//! The idempotent producer, a partition's side of it: the state that recognises retried
+//! batches and follows transactions (`state`), kept across restarts by `snapshot`. Producer ids
+//! themselves come from `cluster::producer_ids`.
 
 pub mod snapshot;
 pub mod state;
