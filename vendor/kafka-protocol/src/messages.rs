@@ -313,6 +313,9 @@ pub use alter_share_group_offsets_request::AlterShareGroupOffsetsRequest;
 pub mod delete_share_group_offsets_request;
 pub use delete_share_group_offsets_request::DeleteShareGroupOffsetsRequest;
 
+pub mod txn_share_acknowledge_request;
+pub use txn_share_acknowledge_request::TxnShareAcknowledgeRequest;
+
 pub mod produce_response;
 pub use produce_response::ProduceResponse;
 
@@ -573,6 +576,9 @@ pub use alter_share_group_offsets_response::AlterShareGroupOffsetsResponse;
 
 pub mod delete_share_group_offsets_response;
 pub use delete_share_group_offsets_response::DeleteShareGroupOffsetsResponse;
+
+pub mod txn_share_acknowledge_response;
+pub use txn_share_acknowledge_response::TxnShareAcknowledgeResponse;
 
 #[cfg(all(feature = "client", feature = "broker"))]
 impl Request for ProduceRequest {
@@ -1096,6 +1102,12 @@ impl Request for DeleteShareGroupOffsetsRequest {
     type Response = DeleteShareGroupOffsetsResponse;
 }
 
+#[cfg(all(feature = "client", feature = "broker"))]
+impl Request for TxnShareAcknowledgeRequest {
+    const KEY: i16 = 95;
+    type Response = TxnShareAcknowledgeResponse;
+}
+
 /// Valid API keys in the Kafka protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ApiKey {
@@ -1273,6 +1285,8 @@ pub enum ApiKey {
     AlterShareGroupOffsets = 91,
     /// API key for request DeleteShareGroupOffsetsRequest
     DeleteShareGroupOffsets = 92,
+    /// API key for request TxnShareAcknowledgeRequest
+    TxnShareAcknowledge = 95,
 }
 
 impl ApiKey {
@@ -1396,6 +1410,7 @@ impl ApiKey {
             ApiKey::DeleteShareGroupOffsets => {
                 DeleteShareGroupOffsetsRequest::header_version(version)
             }
+            ApiKey::TxnShareAcknowledge => TxnShareAcknowledgeRequest::header_version(version),
         }
     }
     /// Get the version of response header that needs to be prepended to this message
@@ -1518,6 +1533,7 @@ impl ApiKey {
             ApiKey::DeleteShareGroupOffsets => {
                 DeleteShareGroupOffsetsResponse::header_version(version)
             }
+            ApiKey::TxnShareAcknowledge => TxnShareAcknowledgeResponse::header_version(version),
         }
     }
     /// Returns the valid versions that can be used with this ApiKey
@@ -1597,8 +1613,8 @@ impl ApiKey {
             ApiKey::DescribeTopicPartitions => VersionRange { min: 0, max: 0 },
             ApiKey::ShareGroupHeartbeat => VersionRange { min: 1, max: 1 },
             ApiKey::ShareGroupDescribe => VersionRange { min: 1, max: 1 },
-            ApiKey::ShareFetch => VersionRange { min: 1, max: 1 },
-            ApiKey::ShareAcknowledge => VersionRange { min: 1, max: 1 },
+            ApiKey::ShareFetch => VersionRange { min: 1, max: 2 },
+            ApiKey::ShareAcknowledge => VersionRange { min: 1, max: 2 },
             ApiKey::AddRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::RemoveRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::UpdateRaftVoter => VersionRange { min: 0, max: 0 },
@@ -1607,15 +1623,16 @@ impl ApiKey {
             ApiKey::WriteShareGroupState => VersionRange { min: 0, max: 0 },
             ApiKey::DeleteShareGroupState => VersionRange { min: 0, max: 0 },
             ApiKey::ReadShareGroupStateSummary => VersionRange { min: 0, max: 0 },
-            ApiKey::DescribeShareGroupOffsets => VersionRange { min: 0, max: 0 },
+            ApiKey::DescribeShareGroupOffsets => VersionRange { min: 0, max: 1 },
             ApiKey::AlterShareGroupOffsets => VersionRange { min: 0, max: 0 },
             ApiKey::DeleteShareGroupOffsets => VersionRange { min: 0, max: 0 },
+            ApiKey::TxnShareAcknowledge => VersionRange { min: 0, max: 0 },
         }
     }
 
     /// Iterate through every ApiKey variant in the order of the internal code.
     pub fn iter() -> impl Iterator<Item = ApiKey> {
-        (0..=92).filter_map(|i| ApiKey::try_from(i).ok())
+        (0..=95).filter_map(|i| ApiKey::try_from(i).ok())
     }
 }
 impl TryFrom<i16> for ApiKey {
@@ -1726,6 +1743,7 @@ impl TryFrom<i16> for ApiKey {
             }
             x if x == ApiKey::AlterShareGroupOffsets as i16 => Ok(ApiKey::AlterShareGroupOffsets),
             x if x == ApiKey::DeleteShareGroupOffsets as i16 => Ok(ApiKey::DeleteShareGroupOffsets),
+            x if x == ApiKey::TxnShareAcknowledge as i16 => Ok(ApiKey::TxnShareAcknowledge),
             _ => Err(()),
         }
     }
@@ -1910,6 +1928,8 @@ pub enum RequestKind {
     AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
     /// DeleteShareGroupOffsetsRequest,
     DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest),
+    /// TxnShareAcknowledgeRequest,
+    TxnShareAcknowledge(TxnShareAcknowledgeRequest),
 }
 
 #[cfg(feature = "messages_enums")]
@@ -2005,6 +2025,7 @@ impl RequestKind {
             RequestKind::DescribeShareGroupOffsets(x) => encode(x, bytes, version),
             RequestKind::AlterShareGroupOffsets(x) => encode(x, bytes, version),
             RequestKind::DeleteShareGroupOffsets(x) => encode(x, bytes, version),
+            RequestKind::TxnShareAcknowledge(x) => encode(x, bytes, version),
         }
     }
     /// Decode the message from the provided buffer and version
@@ -2172,6 +2193,9 @@ impl RequestKind {
             ApiKey::DeleteShareGroupOffsets => Ok(RequestKind::DeleteShareGroupOffsets(decode(
                 bytes, version,
             )?)),
+            ApiKey::TxnShareAcknowledge => {
+                Ok(RequestKind::TxnShareAcknowledge(decode(bytes, version)?))
+            }
         }
     }
 }
@@ -2785,6 +2809,13 @@ impl From<DeleteShareGroupOffsetsRequest> for RequestKind {
 }
 
 #[cfg(feature = "messages_enums")]
+impl From<TxnShareAcknowledgeRequest> for RequestKind {
+    fn from(value: TxnShareAcknowledgeRequest) -> RequestKind {
+        RequestKind::TxnShareAcknowledge(value)
+    }
+}
+
+#[cfg(feature = "messages_enums")]
 #[cfg(any(feature = "client", feature = "broker"))]
 fn decode<T: Decodable>(bytes: &mut bytes::Bytes, version: i16) -> Result<T> {
     T::decode(bytes, version).with_context(|| {
@@ -2987,6 +3018,8 @@ pub enum ResponseKind {
     AlterShareGroupOffsets(AlterShareGroupOffsetsResponse),
     /// DeleteShareGroupOffsetsResponse,
     DeleteShareGroupOffsets(DeleteShareGroupOffsetsResponse),
+    /// TxnShareAcknowledgeResponse,
+    TxnShareAcknowledge(TxnShareAcknowledgeResponse),
 }
 
 #[cfg(feature = "messages_enums")]
@@ -3082,6 +3115,7 @@ impl ResponseKind {
             ResponseKind::DescribeShareGroupOffsets(x) => encode(x, bytes, version),
             ResponseKind::AlterShareGroupOffsets(x) => encode(x, bytes, version),
             ResponseKind::DeleteShareGroupOffsets(x) => encode(x, bytes, version),
+            ResponseKind::TxnShareAcknowledge(x) => encode(x, bytes, version),
         }
     }
     /// Decode the message from the provided buffer and version
@@ -3249,6 +3283,9 @@ impl ResponseKind {
             ApiKey::DeleteShareGroupOffsets => Ok(ResponseKind::DeleteShareGroupOffsets(decode(
                 bytes, version,
             )?)),
+            ApiKey::TxnShareAcknowledge => {
+                Ok(ResponseKind::TxnShareAcknowledge(decode(bytes, version)?))
+            }
         }
     }
     /// Get the version of request header that needs to be prepended to this message
@@ -3410,6 +3447,9 @@ impl ResponseKind {
             }
             ResponseKind::DeleteShareGroupOffsets(_) => {
                 DeleteShareGroupOffsetsResponse::header_version(version)
+            }
+            ResponseKind::TxnShareAcknowledge(_) => {
+                TxnShareAcknowledgeResponse::header_version(version)
             }
         }
     }
@@ -4021,6 +4061,13 @@ impl From<AlterShareGroupOffsetsResponse> for ResponseKind {
 impl From<DeleteShareGroupOffsetsResponse> for ResponseKind {
     fn from(value: DeleteShareGroupOffsetsResponse) -> ResponseKind {
         ResponseKind::DeleteShareGroupOffsets(value)
+    }
+}
+
+#[cfg(feature = "messages_enums")]
+impl From<TxnShareAcknowledgeResponse> for ResponseKind {
+    fn from(value: TxnShareAcknowledgeResponse) -> ResponseKind {
+        ResponseKind::TxnShareAcknowledge(value)
     }
 }
 
