@@ -14,7 +14,8 @@ use crate::cluster::{Claimed, ClusterView};
 use crate::config::PartitionSettings;
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
-use crate::partition::log::control;
+use crate::partition::log::batch::BatchHeader;
+use crate::partition::log::control::{self, Marker};
 use crate::partition::log::{DurableEnd, LogConfig, PartitionLog, cut_to_durable};
 use crate::partition::producer::snapshot;
 
@@ -338,6 +339,94 @@ impl<E: Env> PartitionActor<E> {
         }
     }
 
+    /// A produce's batches, each checked by the state before it is written; answered (with the
+    /// first batch's offset) once the group commit's sync is done.
+    async fn append(
+        &mut self,
+        batches: Vec<(BatchHeader, Bytes)>,
+        verified: Option<u64>,
+        reply: Option<oneshot::Sender<CoreResult<AppendOutcome>>>,
+        acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
+    ) {
+        if batches.iter().any(|(h, _)| h.total_len() > self.max_message_bytes) {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(CoreError::MessageTooLarge));
+            }
+            return;
+        }
+        let mut base_offset = None;
+        for (header, data) in batches {
+            if header.producer_id >= 0 {
+                let refused = match self.state.check_append(&header, verified) {
+                    Admit::Append => None,
+                    Admit::Duplicate { base_offset: original } => {
+                        tracing::trace!(dir = %self.dir, original, pid = header.producer_id, seq = header.base_sequence, "duplicate");
+                        // Answered once durable, like the appends of this group: the
+                        // original may still be one of them.
+                        base_offset.get_or_insert(original);
+                        continue;
+                    }
+                    Admit::Refuse(error) => Some(error),
+                };
+                if let Some(error) = refused {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(error));
+                    }
+                    return;
+                }
+            }
+            match self.log.as_mut().expect("opened").append(&header, data).await {
+                Ok(offset) => {
+                    tracing::trace!(dir = %self.dir, offset, pid = header.producer_id, seq = header.base_sequence, "appended");
+                    self.state.apply(state::Event::Appended { header: &header, base_offset: offset });
+                    base_offset.get_or_insert(offset);
+                }
+                Err(e) => {
+                    if let Some(reply) = reply {
+                        acks.push((reply, AppendOutcome { base_offset: -1, log_start_offset: -1 }));
+                    }
+                    let why = e.to_string();
+                    // Earlier appends of this group are not durable either.
+                    let mut failed = std::mem::take(acks);
+                    self.fail_writes(&mut failed, &why).await;
+                    return;
+                }
+            }
+        }
+        if let Some(reply) = reply {
+            let base_offset = base_offset.expect("a produce holds at least one batch");
+            acks.push((reply, AppendOutcome { base_offset, log_start_offset: -1 }));
+        }
+    }
+
+    /// A transaction's marker for one producer, refused if it comes from a fenced epoch;
+    /// answered once the group commit's sync is done.
+    async fn write_marker(
+        &mut self,
+        (producer_id, producer_epoch, marker, coordinator_epoch): (i64, i16, Marker, i32),
+        now_ms: i64,
+        reply: oneshot::Sender<CoreResult<AppendOutcome>>,
+        acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
+    ) {
+        if let Err(e) = self.state.check_marker(producer_id, producer_epoch) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let batch = control::marker_batch(producer_id, producer_epoch, marker, coordinator_epoch, now_ms);
+        let header = crate::partition::log::batch::check(&batch).expect("a marker is a valid batch");
+        match self.log.as_mut().expect("opened").append(&header, batch).await {
+            Ok(offset) => {
+                self.state.apply(state::Event::MarkerWritten { producer_id, producer_epoch, marker, offset });
+                acks.push((reply, AppendOutcome { base_offset: offset, log_start_offset: -1 }));
+            }
+            Err(e) => {
+                acks.push((reply, AppendOutcome { base_offset: -1, log_start_offset: -1 }));
+                let mut failed = std::mem::take(acks);
+                self.fail_writes(&mut failed, &e.to_string()).await;
+            }
+        }
+    }
+
     async fn handle(
         &mut self,
         command: Command,
@@ -393,7 +482,6 @@ impl<E: Env> PartitionActor<E> {
             }
             command => command,
         };
-        let max_message_bytes = self.max_message_bytes;
         let now_ms = self.env.clock().now_ms();
         if !self.lease_ok() {
             reply_with(command, CoreError::NotLeaderOrFollower);
@@ -409,75 +497,10 @@ impl<E: Env> PartitionActor<E> {
                 // A retriable refusal before anything is written, as a moving leader gives.
                 let _ = reply.send(Err(CoreError::NotLeaderOrFollower));
             }
-            Command::Append { batches, verified, reply } => {
-                if batches.iter().any(|(h, _)| h.total_len() > max_message_bytes) {
-                    if let Some(reply) = reply {
-                        let _ = reply.send(Err(CoreError::MessageTooLarge));
-                    }
-                    return;
-                }
-                let mut base_offset = None;
-                for (header, data) in batches {
-                    if header.producer_id >= 0 {
-                        let refused = match self.state.check_append(&header, verified) {
-                            Admit::Append => None,
-                            Admit::Duplicate { base_offset: original } => {
-                                tracing::trace!(dir = %self.dir, original, pid = header.producer_id, seq = header.base_sequence, "duplicate");
-                                // Answered once durable, like the appends of this group: the
-                                // original may still be one of them.
-                                base_offset.get_or_insert(original);
-                                continue;
-                            }
-                            Admit::Refuse(error) => Some(error),
-                        };
-                        if let Some(error) = refused {
-                            if let Some(reply) = reply {
-                                let _ = reply.send(Err(error));
-                            }
-                            return;
-                        }
-                    }
-                    match log.append(&header, data).await {
-                        Ok(offset) => {
-                            tracing::trace!(dir = %self.dir, offset, pid = header.producer_id, seq = header.base_sequence, "appended");
-                            self.state.apply(state::Event::Appended { header: &header, base_offset: offset });
-                            base_offset.get_or_insert(offset);
-                        }
-                        Err(e) => {
-                            if let Some(reply) = reply {
-                                acks.push((reply, AppendOutcome { base_offset: -1, log_start_offset: -1 }));
-                            }
-                            let why = e.to_string();
-                            // Earlier appends of this group are not durable either.
-                            let mut failed = std::mem::take(acks);
-                            self.fail_writes(&mut failed, &why).await;
-                            return;
-                        }
-                    }
-                }
-                if let Some(reply) = reply {
-                    let base_offset = base_offset.expect("a produce holds at least one batch");
-                    acks.push((reply, AppendOutcome { base_offset, log_start_offset: -1 }));
-                }
-            }
+            Command::Append { batches, verified, reply } => self.append(batches, verified, reply, acks).await,
             Command::WriteMarker { producer_id, producer_epoch, marker, coordinator_epoch, reply } => {
-                if let Err(e) = self.state.check_marker(producer_id, producer_epoch) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                let batch = control::marker_batch(producer_id, producer_epoch, marker, coordinator_epoch, now_ms);
-                let header = crate::partition::log::batch::check(&batch).expect("a marker is a valid batch");
-                match log.append(&header, batch).await {
-                    Ok(offset) => {
-                        self.state.apply(state::Event::MarkerWritten { producer_id, producer_epoch, marker, offset });
-                        acks.push((reply, AppendOutcome { base_offset: offset, log_start_offset: -1 }));
-                    }
-                    Err(e) => {
-                        acks.push((reply, AppendOutcome { base_offset: -1, log_start_offset: -1 }));
-                        let mut failed = std::mem::take(acks);
-                        self.fail_writes(&mut failed, &e.to_string()).await;
-                    }
-                }
+                let marker = (producer_id, producer_epoch, marker, coordinator_epoch);
+                self.write_marker(marker, now_ms, reply, acks).await;
             }
             Command::Read { offset, max_bytes, isolation, reply } => {
                 // A short read still holds a whole batch: consumers must cope with any split.
