@@ -25,6 +25,7 @@ use crate::config::PartitionSettings;
 mod actor;
 pub mod log;
 pub mod producer;
+pub mod share;
 pub mod state;
 
 pub use actor::{adopt_dir, start};
