@@ -250,8 +250,8 @@ pub enum Event<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Outcome {
     pub acquired: Vec<AcquiredRange>,
-    /// One result per acknowledged or staged range, in order.
-    pub acks: Vec<Result<(), AckError>>,
+    /// The result of an acknowledgement or a staging: every range of it, or none.
+    pub ack: Option<Result<(), AckError>>,
     /// Whether anything that must be durable before it is answered changed (an acquisition's
     /// delivery count, an acknowledgement, a staging, a transaction's end, the start).
     pub durable_change: bool,
@@ -357,11 +357,13 @@ impl ShareWindow {
                 outcome.durable_change = !outcome.acquired.is_empty();
             }
             Event::Acknowledge { member, batches, renew_allowed, now_ms } => {
-                for batch in batches {
-                    let result = self.acknowledge(member, batch, renew_allowed, now_ms);
-                    outcome.durable_change |= result.is_ok();
-                    outcome.acks.push(result);
+                let allowed = |t: AckType| t != AckType::Renew || renew_allowed;
+                let result = self.check_ranges(member, batches, allowed);
+                if result.is_ok() {
+                    batches.iter().for_each(|batch| self.acknowledge(member, batch, now_ms));
                 }
+                outcome.durable_change = result.is_ok() && !batches.is_empty();
+                outcome.ack = Some(result);
             }
             Event::Expire { now_ms } => {
                 let expired: Vec<i64> = self
@@ -384,11 +386,15 @@ impl ShareWindow {
                 }
             }
             Event::Stage { member, producer_id, producer_epoch, batches } => {
-                for batch in batches {
-                    let result = self.stage(member, producer_id, producer_epoch, batch);
-                    outcome.durable_change |= result.is_ok();
-                    outcome.acks.push(result);
+                // A release has no place in a transaction: the records would be delivered again
+                // whether it commits or not.
+                let inside = |t: AckType| matches!(t, AckType::Gap | AckType::Accept | AckType::Reject);
+                let result = self.check_ranges(member, batches, inside);
+                if result.is_ok() {
+                    batches.iter().for_each(|batch| self.stage(member, producer_id, producer_epoch, batch));
                 }
+                outcome.durable_change = result.is_ok() && !batches.is_empty();
+                outcome.ack = Some(result);
             }
             Event::CompleteTxn { producer_id, producer_epoch, commit } => {
                 outcome.durable_change = self.complete_txn(producer_id, producer_epoch, commit);
@@ -499,35 +505,45 @@ impl ShareWindow {
         self.end_offset += 1;
     }
 
-    /// Checks a range against the window: its types, and that every offset of it was acquired
-    /// by `member`.
-    fn check_range(&self, member: &str, batch: &AckBatch, allowed: impl Fn(AckType) -> bool) -> Result<(), AckError> {
-        let len = batch.last_offset.checked_sub(batch.first_offset).ok_or(AckError::InvalidRequest)?;
-        if batch.first_offset < 0 || len < 0 || !(batch.types.len() == 1 || batch.types.len() as i64 == len + 1) {
-            return Err(AckError::InvalidRequest);
+    /// Checks the ranges of one partition's acknowledgement, as Apache does before it changes
+    /// anything: each runs forward, after the one before, with a type per offset or one for all,
+    /// of the types `allowed`, and ends within the window (INVALID_REQUEST otherwise); every
+    /// offset of it from the window's start on was acquired by `member` (INVALID_RECORD_STATE
+    /// otherwise). Offsets below the start are done with: acknowledging them again is no error.
+    fn check_ranges(
+        &self,
+        member: &str,
+        batches: &[AckBatch],
+        allowed: impl Fn(AckType) -> bool,
+    ) -> Result<(), AckError> {
+        let mut previous_last = -1;
+        for batch in batches {
+            let len = batch.last_offset.checked_sub(batch.first_offset).ok_or(AckError::InvalidRequest)?;
+            let types_fit = batch.types.len() == 1 || batch.types.len() as i64 == len.saturating_add(1);
+            if len < 0 || batch.first_offset < previous_last || batch.types.is_empty() || !types_fit {
+                return Err(AckError::InvalidRequest);
+            }
+            if !batch.types.iter().all(|t| allowed(*t)) || batch.last_offset >= self.end_offset {
+                return Err(AckError::InvalidRequest);
+            }
+            previous_last = batch.last_offset;
         }
-        if !batch.types.iter().all(|t| allowed(*t)) {
-            return Err(AckError::InvalidRequest);
-        }
-        for offset in batch.first_offset..=batch.last_offset {
-            match self.records.get(&offset) {
-                Some(entry) if entry.acquired_by(member) => {}
-                _ => return Err(AckError::InvalidRecordState),
+        for batch in batches {
+            for offset in batch.first_offset.max(self.start_offset)..=batch.last_offset {
+                if !self.records[&offset].acquired_by(member) {
+                    return Err(AckError::InvalidRecordState);
+                }
             }
         }
         Ok(())
     }
 
-    fn acknowledge(
-        &mut self,
-        member: &str,
-        batch: &AckBatch,
-        renew_allowed: bool,
-        now_ms: i64,
-    ) -> Result<(), AckError> {
-        self.check_range(member, batch, |t| t != AckType::Renew || renew_allowed)?;
-        for offset in batch.first_offset..=batch.last_offset {
-            let count = self.records[&offset].delivery_count;
+    /// One checked range of an acknowledgement.
+    fn acknowledge(&mut self, member: &str, batch: &AckBatch, now_ms: i64) {
+        for offset in batch.first_offset.max(self.start_offset)..=batch.last_offset {
+            let entry = &self.records[&offset];
+            debug_assert!(entry.acquired_by(member), "checked");
+            let count = entry.delivery_count;
             match batch.type_at(offset) {
                 AckType::Accept => self.set(offset, InFlight::done(RecordState::Acknowledged, count)),
                 AckType::Reject | AckType::Gap => self.set(offset, InFlight::done(RecordState::Archived, count)),
@@ -538,14 +554,13 @@ impl ShareWindow {
                 }
             }
         }
-        Ok(())
     }
 
-    fn stage(&mut self, member: &str, producer_id: i64, producer_epoch: i16, batch: &AckBatch) -> Result<(), AckError> {
-        let inside = |t: AckType| matches!(t, AckType::Gap | AckType::Accept | AckType::Reject);
-        self.check_range(member, batch, inside)?;
-        for offset in batch.first_offset..=batch.last_offset {
+    /// One checked range of a staging (KIP-1289).
+    fn stage(&mut self, member: &str, producer_id: i64, producer_epoch: i16, batch: &AckBatch) {
+        for offset in batch.first_offset.max(self.start_offset)..=batch.last_offset {
             let entry = &self.records[&offset];
+            debug_assert!(entry.acquired_by(member), "checked");
             let outcome = match batch.type_at(offset) {
                 // No record at the offset: nothing for the transaction to decide.
                 AckType::Gap => {
@@ -565,7 +580,6 @@ impl ShareWindow {
             };
             self.set(offset, next);
         }
-        Ok(())
     }
 
     /// Whether any record was waiting for the transaction.
@@ -669,8 +683,8 @@ mod tests {
         AckBatch { first_offset, last_offset, types: vec![t] }
     }
 
-    fn acknowledge(window: &mut ShareWindow, member: &str, batches: &[AckBatch]) -> Vec<Result<(), AckError>> {
-        window.apply(Event::Acknowledge { member, batches, renew_allowed: true, now_ms: 0 }).acks
+    fn acknowledge(window: &mut ShareWindow, member: &str, batches: &[AckBatch]) -> Result<(), AckError> {
+        window.apply(Event::Acknowledge { member, batches, renew_allowed: true, now_ms: 0 }).ack.expect("answered")
     }
 
     fn range(first_offset: i64, last_offset: i64, delivery_count: u16) -> AcquiredRange {
@@ -682,16 +696,22 @@ mod tests {
         let mut window = ShareWindow::new(10, SETTINGS);
         assert_eq!(acquire(&mut window, "a", &[batch(10, 14)], 3, 0), vec![range(10, 12, 1)]);
         assert_eq!(acquire(&mut window, "b", &[batch(10, 14)], 10, 0), vec![range(13, 14, 1)], "b gets the rest");
-        assert_eq!(
-            acknowledge(&mut window, "b", &[ack(10, 10, AckType::Accept)]),
-            vec![Err(AckError::InvalidRecordState)]
-        );
-        assert_eq!(acknowledge(&mut window, "a", &[ack(10, 11, AckType::Accept)]), vec![Ok(())]);
+        assert_eq!(acknowledge(&mut window, "b", &[ack(10, 10, AckType::Accept)]), Err(AckError::InvalidRecordState));
+        assert_eq!(acknowledge(&mut window, "a", &[ack(10, 11, AckType::Accept)]), Ok(()));
         assert_eq!(window.start_offset(), 12, "the start passes what is done");
+        assert_eq!(acknowledge(&mut window, "a", &[ack(11, 11, AckType::Accept)]), Ok(()), "done already: no error");
         assert_eq!(
-            acknowledge(&mut window, "a", &[ack(11, 11, AckType::Accept)]),
-            vec![Err(AckError::InvalidRecordState)]
+            acknowledge(&mut window, "a", &[ack(12, 15, AckType::Accept)]),
+            Err(AckError::InvalidRequest),
+            "past the window"
         );
+        let backwards = [ack(12, 12, AckType::Accept), ack(10, 10, AckType::Accept)];
+        assert_eq!(acknowledge(&mut window, "a", &backwards), Err(AckError::InvalidRequest));
+        let mismatched = AckBatch { first_offset: 12, last_offset: 12, types: vec![AckType::Accept, AckType::Accept] };
+        assert_eq!(acknowledge(&mut window, "a", &[mismatched]), Err(AckError::InvalidRequest));
+        let partly_theirs = [ack(12, 12, AckType::Accept), ack(13, 13, AckType::Accept)];
+        assert_eq!(acknowledge(&mut window, "a", &partly_theirs), Err(AckError::InvalidRecordState));
+        assert_eq!(window.count_in(RecordState::Acquired), 3, "a refused acknowledgement changes nothing");
         assert_eq!(acquire(&mut window, "c", &[batch(10, 14)], 10, 0), vec![], "nothing is available");
     }
 
@@ -699,7 +719,7 @@ mod tests {
     fn released_and_expired_records_come_back_with_their_count_and_are_archived_at_the_limit() {
         let mut window = ShareWindow::new(0, SETTINGS);
         assert_eq!(acquire(&mut window, "a", &[batch(0, 1)], 10, 0), vec![range(0, 1, 1)]);
-        assert_eq!(acknowledge(&mut window, "a", &[ack(0, 0, AckType::Release)]), vec![Ok(())]);
+        assert_eq!(acknowledge(&mut window, "a", &[ack(0, 0, AckType::Release)]), Ok(()));
         assert_eq!(window.next_fetch_offset(), 0);
         assert_eq!(acquire(&mut window, "b", &[batch(0, 1)], 10, 100), vec![range(0, 0, 2)]);
         assert_eq!(window.next_lock_expiry_ms(), Some(30_000), "offset 1's lock runs out first");
@@ -717,12 +737,12 @@ mod tests {
         let mut window = ShareWindow::new(0, SETTINGS);
         acquire(&mut window, "a", &[batch(0, 3)], 10, 0);
         let stage = |w: &mut ShareWindow, member, epoch, batches: &[AckBatch]| {
-            w.apply(Event::Stage { member, producer_id: 7, producer_epoch: epoch, batches }).acks
+            w.apply(Event::Stage { member, producer_id: 7, producer_epoch: epoch, batches }).ack.expect("answered")
         };
-        assert_eq!(stage(&mut window, "b", 1, &[ack(0, 1, AckType::Accept)]), vec![Err(AckError::InvalidRecordState)]);
-        assert_eq!(stage(&mut window, "a", 1, &[ack(0, 1, AckType::Release)]), vec![Err(AckError::InvalidRequest)]);
+        assert_eq!(stage(&mut window, "b", 1, &[ack(0, 1, AckType::Accept)]), Err(AckError::InvalidRecordState));
+        assert_eq!(stage(&mut window, "a", 1, &[ack(0, 1, AckType::Release)]), Err(AckError::InvalidRequest));
         let batches = [ack(0, 1, AckType::Accept), ack(2, 2, AckType::Reject)];
-        assert_eq!(stage(&mut window, "a", 1, &batches), vec![Ok(()), Ok(())]);
+        assert_eq!(stage(&mut window, "a", 1, &batches), Ok(()));
         window.apply(Event::Expire { now_ms: 1_000_000 });
         assert_eq!(window.count_in(RecordState::TxPending), 3, "the lock no longer holds them");
         assert_eq!(window.count_in(RecordState::Available), 1, "offset 3's lock ran out");
@@ -754,7 +774,7 @@ mod tests {
         let batches = [batch(0, 1), LogBatch { base_offset: 2, last_offset: 2, deliverable: false }, batch(3, 9)];
         assert_eq!(acquire(&mut window, "a", &batches, 100, 0), vec![range(0, 1, 1), range(3, 3, 1)]);
         assert_eq!(window.end_offset(), 4, "no more than four offsets in flight");
-        acknowledge(&mut window, "a", &[ack(0, 1, AckType::Accept), ack(3, 3, AckType::Accept)]);
+        assert_eq!(acknowledge(&mut window, "a", &[ack(0, 1, AckType::Accept), ack(3, 3, AckType::Accept)]), Ok(()));
         assert_eq!(window.start_offset(), 4, "the control batch was archived as it was passed");
         assert_eq!(acquire(&mut window, "a", &batches, 100, 0), vec![range(4, 7, 1)]);
     }
