@@ -43,6 +43,31 @@ pub struct BrokerConfig {
     /// Whether a live group moves between the classic and the consumer protocol
     /// (`group.consumer.migration.policy`).
     pub group_consumer_migration_policy: MigrationPolicy,
+    /// A share group member that has not heartbeated for this long is removed
+    /// (`group.share.session.timeout.ms`).
+    pub group_share_session_timeout_ms: i32,
+    /// How often share group members are told to heartbeat (`group.share.heartbeat.interval.ms`).
+    pub group_share_heartbeat_interval_ms: i32,
+    /// The most members one share group holds (`group.share.max.size`).
+    pub group_share_max_size: usize,
+    /// How long a share group member holds the records it acquired before they are delivered
+    /// again (`group.share.record.lock.duration.ms`), and the bounds of the group config of the
+    /// same meaning (`group.share.{min,max}.record.lock.duration.ms`).
+    pub group_share_record_lock_duration_ms: i32,
+    pub group_share_min_record_lock_duration_ms: i32,
+    pub group_share_max_record_lock_duration_ms: i32,
+    /// How often a record is delivered before it is archived (`group.share.delivery.count.limit`),
+    /// and the bounds of the group config (`group.share.{min,max}.delivery.count.limit`).
+    pub group_share_delivery_count_limit: i32,
+    pub group_share_min_delivery_count_limit: i32,
+    pub group_share_max_delivery_count_limit: i32,
+    /// Records in flight per share partition at most (`group.share.partition.max.record.locks`),
+    /// and the bounds of the group config (`group.share.{min,max}.partition.max.record.locks`).
+    pub group_share_partition_max_record_locks: i32,
+    pub group_share_min_partition_max_record_locks: i32,
+    pub group_share_max_partition_max_record_locks: i32,
+    /// Share sessions one broker keeps at most (`group.share.max.share.sessions`).
+    pub group_share_max_share_sessions: usize,
     /// The most partitions one DescribeTopicPartitions answer holds
     /// (`max.request.partition.size.limit`).
     pub max_request_partition_size_limit: i32,
@@ -102,6 +127,19 @@ impl Default for BrokerConfig {
             group_consumer_heartbeat_interval_ms: 5_000,
             group_consumer_max_size: i32::MAX as usize,
             group_consumer_migration_policy: MigrationPolicy::Bidirectional,
+            group_share_session_timeout_ms: 45_000,
+            group_share_heartbeat_interval_ms: 5_000,
+            group_share_max_size: 200,
+            group_share_record_lock_duration_ms: 30_000,
+            group_share_min_record_lock_duration_ms: 15_000,
+            group_share_max_record_lock_duration_ms: 60_000,
+            group_share_delivery_count_limit: 5,
+            group_share_min_delivery_count_limit: 2,
+            group_share_max_delivery_count_limit: 10,
+            group_share_partition_max_record_locks: 2000,
+            group_share_min_partition_max_record_locks: 100,
+            group_share_max_partition_max_record_locks: 4000,
+            group_share_max_share_sessions: 2000,
             max_request_partition_size_limit: 2000,
             delete_topic_enable: true,
             producer_id_expiration_ms: 86_400_000,

@@ -233,6 +233,79 @@ pub const SETTINGS: &[Setting] = &[
         "Whether a live group moves between the classic and the consumer protocol: `bidirectional`, `upgrade` (a consumer-protocol member may join a classic group), `downgrade` (a group whose consumer-protocol members all left goes back to classic), or `disabled`."
     ),
     field!(
+        "group.share.session.timeout.ms",
+        group_share_session_timeout_ms,
+        Static,
+        "A share group member silent this long is removed from its group (KIP-932)."
+    ),
+    field!(
+        "group.share.heartbeat.interval.ms",
+        group_share_heartbeat_interval_ms,
+        Static,
+        "How often share group members heartbeat."
+    ),
+    field!("group.share.max.size", group_share_max_size, Static, "The most members one share group holds."),
+    field!(
+        "group.share.record.lock.duration.ms",
+        group_share_record_lock_duration_ms,
+        Static,
+        "How long a share group member holds the records it acquired before they are delivered again, unless the group's `share.record.lock.duration.ms` says otherwise."
+    ),
+    field!(
+        "group.share.min.record.lock.duration.ms",
+        group_share_min_record_lock_duration_ms,
+        Static,
+        "The shortest `share.record.lock.duration.ms` a group may set."
+    ),
+    field!(
+        "group.share.max.record.lock.duration.ms",
+        group_share_max_record_lock_duration_ms,
+        Static,
+        "The longest `share.record.lock.duration.ms` a group may set."
+    ),
+    field!(
+        "group.share.delivery.count.limit",
+        group_share_delivery_count_limit,
+        Static,
+        "How often a record is delivered to a share group before it is archived, unless the group's `share.delivery.count.limit` says otherwise."
+    ),
+    field!(
+        "group.share.min.delivery.count.limit",
+        group_share_min_delivery_count_limit,
+        Static,
+        "The lowest `share.delivery.count.limit` a group may set."
+    ),
+    field!(
+        "group.share.max.delivery.count.limit",
+        group_share_max_delivery_count_limit,
+        Static,
+        "The highest `share.delivery.count.limit` a group may set."
+    ),
+    field!(
+        "group.share.partition.max.record.locks",
+        group_share_partition_max_record_locks,
+        Static,
+        "How many records of one share partition may be in flight (acquired, or delivered and not yet acknowledged past the start) at once, unless the group's `share.partition.max.record.locks` says otherwise."
+    ),
+    field!(
+        "group.share.min.partition.max.record.locks",
+        group_share_min_partition_max_record_locks,
+        Static,
+        "The lowest `share.partition.max.record.locks` a group may set."
+    ),
+    field!(
+        "group.share.max.partition.max.record.locks",
+        group_share_max_partition_max_record_locks,
+        Static,
+        "The highest `share.partition.max.record.locks` a group may set."
+    ),
+    field!(
+        "group.share.max.share.sessions",
+        group_share_max_share_sessions,
+        Static,
+        "The most share sessions (ShareFetch) one broker keeps open at once."
+    ),
+    field!(
         "producer.id.expiration.ms",
         producer_id_expiration_ms,
         Static,

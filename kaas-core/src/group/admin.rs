@@ -4,7 +4,7 @@
 use tokio::sync::oneshot;
 
 use super::state::GroupState;
-use super::{GroupCoordinator, GroupDescription, GroupListing, MemberDescription};
+use super::{GroupCoordinator, GroupDescription, GroupKind, GroupListing, MemberDescription};
 use crate::env::Env;
 use crate::error::{CoreError, CoreResult};
 use bytes::Bytes;
@@ -50,6 +50,12 @@ impl<E: Env> GroupCoordinator<E> {
                             group_type: "consumer",
                         }),
                 );
+                listing.extend(self.share_groups.values().map(|g| GroupListing {
+                    group_id: g.group_id.clone(),
+                    protocol_type: "share".into(),
+                    state: g.state_name(),
+                    group_type: "share",
+                }));
                 listing.sort_by(|a, b| a.group_id.cmp(&b.group_id));
                 let _ = reply.send(listing);
             }
@@ -68,10 +74,11 @@ impl<E: Env> GroupCoordinator<E> {
     }
 
     fn describe(&self, group_id: &str) -> GroupDescription {
-        let Some(g) = self.groups.get(group_id) else {
+        let Some(g) = self.groups.get(group_id).filter(|_| self.kind(group_id) == Some(GroupKind::Classic)) else {
             return GroupDescription {
                 group_id: group_id.to_string(),
                 state: None,
+                other_kind: self.kind(group_id).is_some() || self.consumer_groups.contains_key(group_id),
                 protocol_type: String::new(),
                 protocol_name: String::new(),
                 members: Vec::new(),
@@ -99,6 +106,7 @@ impl<E: Env> GroupCoordinator<E> {
         GroupDescription {
             group_id: group_id.to_string(),
             state: Some(g.state),
+            other_kind: false,
             protocol_type: g.protocol_type.clone().unwrap_or_default(),
             protocol_name: if stable { protocol_name } else { String::new() },
             members,
@@ -106,6 +114,14 @@ impl<E: Env> GroupCoordinator<E> {
     }
 
     async fn delete(&mut self, group_id: &str) -> CoreResult<()> {
+        if let Some(share) = self.share_groups.get(group_id) {
+            if !share.is_empty() {
+                return Err(CoreError::NonEmptyGroup);
+            }
+            self.offsets.delete_group(group_id).await?;
+            self.share_groups.remove(group_id);
+            return Ok(());
+        }
         let consumer = self.consumer_groups.get(group_id);
         if consumer.is_some_and(|c| !c.is_empty()) {
             return Err(CoreError::NonEmptyGroup);

@@ -128,6 +128,105 @@ fn uniform(
     }
 }
 
+/// The share group assignor (KIP-932's `simple`), as Apache's: per topic, each partition is
+/// shared by as few members as give every subscriber one (`sharing`, the subscribers over the
+/// partitions, rounded up), and each subscriber gets its fair number of the `sharing` times
+/// partitions slots. It is sticky: a member keeps what it holds within its number, and only the
+/// surplus moves. Members are taken in id order, partitions in index order: the same group and
+/// topics give the same assignment on any broker.
+pub fn simple(members: &[Subscriber<'_>], topics: &BTreeMap<String, TopicMetadata>) -> BTreeMap<String, Assignment> {
+    let mut target: BTreeMap<String, Assignment> = BTreeMap::new();
+    for m in members {
+        let current = m.current.cloned().unwrap_or_default();
+        // What a member keeps to begin with: partitions of topics it still subscribes to that
+        // still exist.
+        let kept = current
+            .into_iter()
+            .filter_map(|(id, partitions)| {
+                let topic = topics.values().find(|t| t.topic_id == id && m.topics.contains(&t.name))?;
+                let partitions: BTreeSet<i32> = partitions.into_iter().filter(|&p| p < topic.partitions).collect();
+                (!partitions.is_empty()).then_some((id, partitions))
+            })
+            .collect();
+        target.insert(m.member_id.to_string(), kept);
+    }
+    for topic in topics.values() {
+        let subscribers: Vec<&str> = members
+            .iter()
+            .filter(|m| m.topics.contains(&topic.name))
+            .map(|m| m.member_id)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if subscribers.is_empty() || topic.partitions <= 0 {
+            continue;
+        }
+        share_topic(topic, &subscribers, &mut target);
+    }
+    target
+}
+
+/// One topic's part of `simple`.
+fn share_topic(topic: &TopicMetadata, subscribers: &[&str], target: &mut BTreeMap<String, Assignment>) {
+    let id = topic.topic_id;
+    let (count, partitions) = (subscribers.len(), topic.partitions as usize);
+    let sharing = count.div_ceil(partitions);
+    let slots = sharing * partitions;
+    // Each subscriber's fair number of slots, the remainder to the first in id order.
+    let mut desired: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut given = 0;
+    for (i, member) in subscribers.iter().enumerate() {
+        let upto = ((i + 1) * slots).div_ceil(count);
+        desired.insert(member, upto - given);
+        given = upto;
+    }
+    let held = |target: &BTreeMap<String, Assignment>, m: &str| target[m].get(&id).map_or(0, BTreeSet::len);
+    // Over its number: the highest partitions go.
+    for member in subscribers {
+        let mine = target.get_mut(*member).expect("a target per member").entry(id).or_default();
+        while mine.len() > desired[member] {
+            let last = *mine.last().expect("not empty");
+            mine.remove(&last);
+        }
+    }
+    // Shared by more than `sharing`: the members most over their number give it up first.
+    for p in 0..topic.partitions {
+        let mut holders: Vec<&str> =
+            subscribers.iter().copied().filter(|m| target[*m].get(&id).is_some_and(|s| s.contains(&p))).collect();
+        holders.sort_by_key(|m| std::cmp::Reverse(held(target, m) as i64 - desired[m] as i64));
+        for member in holders.into_iter().skip(sharing) {
+            target.get_mut(member).expect("a target per member").entry(id).or_default().remove(&p);
+        }
+    }
+    // Under its number: the free slots, partition by partition, to the members in turn.
+    let mut wanting: Vec<&str> = subscribers.iter().copied().filter(|m| held(target, m) < desired[m]).collect();
+    let mut turn = 0;
+    for p in 0..topic.partitions {
+        let mut holders = subscribers.iter().filter(|m| target[**m].get(&id).is_some_and(|s| s.contains(&p))).count();
+        while holders < sharing && !wanting.is_empty() {
+            let candidate = (0..wanting.len())
+                .map(|k| (turn + k) % wanting.len())
+                .find(|&k| !target[wanting[k]].get(&id).is_some_and(|s| s.contains(&p)));
+            let Some(k) = candidate else { break };
+            let member = wanting[k];
+            target.get_mut(member).expect("a target per member").entry(id).or_default().insert(p);
+            holders += 1;
+            if held(target, member) >= desired[member] {
+                wanting.remove(k);
+                turn = if wanting.is_empty() { 0 } else { k % wanting.len() };
+            } else {
+                turn = (k + 1) % wanting.len();
+            }
+        }
+    }
+    for member in subscribers {
+        let mine = target.get_mut(*member).expect("a target per member");
+        if mine.get(&id).is_some_and(BTreeSet::is_empty) {
+            mine.remove(&id);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,5 +310,29 @@ mod tests {
         let t = assign("range", &members, &topics);
         assert_eq!(t["m1"][&[1u8; 16]], [0, 1, 2].into_iter().collect());
         assert_eq!(t["m2"][&[1u8; 16]], [3, 4].into_iter().collect());
+    }
+
+    #[test]
+    fn the_share_assignor_balances_shares_partitions_when_members_outnumber_them_and_is_sticky() {
+        let topic = TopicMetadata { topic_id: [1; 16], name: "t".into(), partitions: 3 };
+        let topics = BTreeMap::from([("t".to_string(), topic)]);
+        let subscribed = BTreeSet::from(["t".to_string()]);
+        let ids: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
+        let members: Vec<Subscriber<'_>> =
+            ids.iter().take(2).map(|id| Subscriber { member_id: id, topics: &subscribed, current: None }).collect();
+        let two = simple(&members, &topics);
+        let counts: Vec<usize> = two.values().map(|a| a.get(&[1; 16]).map_or(0, BTreeSet::len)).collect();
+        assert_eq!(counts, vec![2, 1], "three partitions over two members, each once");
+        // Five members over three partitions: every partition shared by two, every member has one or two.
+        let members: Vec<Subscriber<'_>> =
+            ids.iter().map(|id| Subscriber { member_id: id, topics: &subscribed, current: two.get(id) }).collect();
+        let five = simple(&members, &topics);
+        for p in 0..3 {
+            let holders = five.values().filter(|a| a.get(&[1; 16]).is_some_and(|s| s.contains(&p))).count();
+            assert_eq!(holders, 2, "partition {p} is shared by two");
+        }
+        assert!(five.values().all(|a| a.get(&[1; 16]).is_some_and(|s| !s.is_empty())), "{five:?}");
+        let kept = two["m0"][&[1; 16]].intersection(&five["m0"][&[1; 16]]).count();
+        assert!(kept >= 1, "m0 keeps what it held within its number");
     }
 }

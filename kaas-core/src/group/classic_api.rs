@@ -78,6 +78,8 @@ impl<E: Env> GroupCoordinator<E> {
                         self.maybe_downgrade(&group_id, false, now);
                     }
                     Some(GroupKind::Classic) | None => self.classic_join(group_id, request, now, reply),
+                    // "Group ... is not a classic group", as Apache answers.
+                    Some(GroupKind::Share) => drop(reply.send(Err(CoreError::GroupIdNotFound))),
                 }
             }
             ClassicCommand::Sync { group_id, member_id, instance, generation_id, assignments, reply } => match kind {
@@ -89,6 +91,7 @@ impl<E: Env> GroupCoordinator<E> {
                     let sync = (member_id, instance, generation_id, assignments);
                     self.classic_sync(group_id, sync, now, reply).await;
                 }
+                Some(GroupKind::Share) => drop(reply.send(Err(CoreError::GroupIdNotFound))),
             },
             ClassicCommand::Heartbeat { group_id, member_id, instance, generation_id, reply } => {
                 let result = match kind {
@@ -101,6 +104,7 @@ impl<E: Env> GroupCoordinator<E> {
                         group.heartbeat(&member_id, instance.as_deref(), generation_id, now)
                     }
                     None => Err(CoreError::UnknownMemberId),
+                    Some(GroupKind::Share) => Err(CoreError::GroupIdNotFound),
                 };
                 let _ = reply.send(result);
             }
@@ -124,6 +128,7 @@ impl<E: Env> GroupCoordinator<E> {
                     self.deliver(replies.into_iter().map(|r| (group_id.clone(), r)).collect());
                 }
                 None => drop(reply.send(Err(CoreError::UnknownMemberId))),
+                Some(GroupKind::Share) => drop(reply.send(Err(CoreError::GroupIdNotFound))),
             },
         }
     }

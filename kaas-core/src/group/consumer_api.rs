@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::assignor::TopicMetadata;
 use super::consumer::{self, ClassicJoin, ConsumerGroup, Heartbeat, HeartbeatAnswer};
-use super::{GroupCoordinator, JoinOutcome, JoinRequest, SyncOutcome, embedded, migration};
+use super::{GroupCoordinator, GroupKind, JoinOutcome, JoinRequest, SyncOutcome, embedded, migration};
 use crate::env::{Env, Rng};
 use crate::error::{CoreError, CoreResult};
 use crate::topics::MetadataSnapshot;
@@ -74,6 +74,10 @@ pub(super) fn classic_sync_to_consumer_group(
 impl<E: Env> GroupCoordinator<E> {
     pub(super) async fn handle_consumer(&mut self, command: ConsumerCommand, now: Instant) {
         match command {
+            // "Group ... is not a consumer group", as Apache answers.
+            ConsumerCommand::Heartbeat { group_id, reply, .. } if self.kind(&group_id) == Some(GroupKind::Share) => {
+                let _ = reply.send(Err(CoreError::GroupIdNotFound));
+            }
             ConsumerCommand::Heartbeat { group_id, heartbeat, topics, reply } => {
                 let _ = reply.send(self.consumer_heartbeat(&group_id, *heartbeat, &topics, now).await);
                 // Only a leave can leave every member classic.

@@ -23,12 +23,16 @@ pub mod embedded;
 pub mod migration;
 pub mod offsets;
 mod offsets_api;
+pub mod share;
+mod share_api;
 pub mod state;
 
 use admin::AdminCommand;
 use classic_api::ClassicCommand;
 use consumer_api::ConsumerCommand;
 use offsets_api::OffsetsCommand;
+pub use share::{ShareGroup, ShareHeartbeat, ShareHeartbeatAnswer};
+use share_api::ShareCommand;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -69,8 +73,10 @@ pub struct MemberDescription {
 #[derive(Debug, Clone)]
 pub struct GroupDescription {
     pub group_id: String,
-    /// None: the group does not exist (Kafka describes it as Dead).
+    /// None: no classic group by that id (Kafka describes it as Dead).
     pub state: Option<GroupState>,
+    /// The id is another kind of group's (a consumer or a share group).
+    pub other_kind: bool,
     pub protocol_type: String,
     pub protocol_name: String,
     pub members: Vec<MemberDescription>,
@@ -106,6 +112,8 @@ enum Command {
     Consumer(ConsumerCommand),
     /// Committed and transactional offsets (`offsets_api`).
     Offsets(OffsetsCommand),
+    /// ShareGroupHeartbeat, ShareGroupDescribe, KIP-1289's member check (`share_api`).
+    Share(ShareCommand),
     /// DescribeGroups, ListGroups, DeleteGroups (`admin`).
     Admin(AdminCommand),
 }
@@ -117,6 +125,7 @@ impl Command {
             Command::Classic(c) => Some(c.group_id().to_string()),
             Command::Consumer(c) => Some(c.group_id().to_string()),
             Command::Offsets(c) => c.group_id().map(str::to_string),
+            Command::Share(c) => Some(c.group_id().to_string()),
             Command::Admin(_) => None,
         }
     }
@@ -127,6 +136,7 @@ impl Command {
             Command::Classic(c) => c.refuse(error),
             Command::Consumer(c) => c.refuse(error),
             Command::Offsets(c) => c.refuse(error),
+            Command::Share(c) => c.refuse(error),
             Command::Admin(_) => {}
         }
     }
@@ -139,6 +149,8 @@ pub enum GroupKind {
     Classic,
     /// A consumer group (KIP-848) with members, classic ones too during a migration.
     Consumer,
+    /// A share group (KIP-932), with or without members: the id stays a share group's.
+    Share,
 }
 
 /// Each partition of a request and what became of it.
@@ -259,6 +271,30 @@ impl GroupsHandle {
         .unwrap_or_else(gone)
     }
 
+    /// ShareGroupHeartbeat (KIP-932); the assignor gives out the topics of `topics`.
+    pub async fn share_heartbeat(
+        &self,
+        group_id: String,
+        heartbeat: ShareHeartbeat,
+        topics: Arc<MetadataSnapshot>,
+    ) -> CoreResult<ShareHeartbeatAnswer> {
+        self.ask(|reply| Command::Share(ShareCommand::Heartbeat { group_id, heartbeat, topics, reply }))
+            .await
+            .unwrap_or_else(gone)
+    }
+
+    /// ShareGroupDescribe: the share group as it is (GROUP_ID_NOT_FOUND: no share group by that id).
+    pub async fn share_describe(&self, group_id: String) -> CoreResult<ShareGroup> {
+        self.ask(|reply| Command::Share(ShareCommand::Describe(group_id, reply))).await.unwrap_or_else(gone)
+    }
+
+    /// Whether `member_id` is a member of share group `group_id` at `member_epoch` (KIP-1289).
+    pub async fn share_check_member(&self, group_id: String, member_id: String, member_epoch: i32) -> CoreResult<()> {
+        self.ask(|reply| Command::Share(ShareCommand::CheckMember { group_id, member_id, member_epoch, reply }))
+            .await
+            .unwrap_or_else(gone)
+    }
+
     pub async fn consumer_describe(&self, group_id: String) -> CoreResult<Option<ConsumerGroup>> {
         self.ask(|reply| Command::Consumer(ConsumerCommand::Describe(group_id, reply))).await.unwrap_or_else(gone)
     }
@@ -298,6 +334,8 @@ struct GroupCoordinator<E: Env> {
     groups: BTreeMap<String, Group>,
     /// Consumer-protocol groups (KIP-848), in memory: a new coordinator starts them afresh.
     consumer_groups: BTreeMap<String, ConsumerGroup>,
+    /// Share groups (KIP-932): their members in memory, their epoch on the volume.
+    share_groups: BTreeMap<String, ShareGroup>,
     offsets: OffsetStore<E::Volume>,
     parked_joins: BTreeMap<(String, String), oneshot::Sender<CoreResult<JoinOutcome>>>,
     parked_syncs: BTreeMap<(String, String), oneshot::Sender<CoreResult<SyncOutcome>>>,
@@ -321,6 +359,7 @@ pub async fn start<E: Env>(
         config,
         groups: BTreeMap::new(),
         consumer_groups: BTreeMap::new(),
+        share_groups: BTreeMap::new(),
         offsets,
         parked_joins: BTreeMap::new(),
         parked_syncs: BTreeMap::new(),
@@ -340,6 +379,9 @@ impl<E: Env> GroupCoordinator<E> {
     /// offsets is one, Empty); None when there is neither (an empty consumer group gives way to
     /// a classic join).
     fn kind(&self, group_id: &str) -> Option<GroupKind> {
+        if self.share_groups.contains_key(group_id) {
+            return Some(GroupKind::Share);
+        }
         match (self.consumer_groups.get(group_id), self.groups.contains_key(group_id)) {
             (Some(consumer), _) if !consumer.is_empty() => Some(GroupKind::Consumer),
             (_, true) => Some(GroupKind::Classic),
@@ -375,6 +417,12 @@ impl<E: Env> GroupCoordinator<E> {
             return Err(e);
         }
         self.groups.remove(group_id);
+        if let Some(epoch) = self.offsets.share_epoch(group_id) {
+            // A share group: its members join again, at epochs above the last one it had.
+            self.share_groups.insert(group_id.to_string(), ShareGroup::restore(group_id.to_string(), epoch));
+            tracing::info!(group = group_id, epoch = claimed.epoch, "took over share group");
+            return Ok(());
+        }
         let delay = self.config.group_initial_rebalance_delay_ms;
         let restored =
             self.offsets.membership(group_id).and_then(|m| Group::restore(group_id.to_string(), delay, m, now));
@@ -402,6 +450,7 @@ impl<E: Env> GroupCoordinator<E> {
         self.offsets.release(group_id);
         self.groups.remove(group_id);
         self.consumer_groups.remove(group_id);
+        self.share_groups.remove(group_id);
         let parked: Vec<(String, String)> = self.parked_joins.keys().filter(|(g, _)| g == group_id).cloned().collect();
         for k in parked {
             if let Some(tx) = self.parked_joins.remove(&k) {
@@ -462,6 +511,7 @@ impl<E: Env> GroupCoordinator<E> {
                 .values()
                 .filter_map(Group::next_deadline)
                 .chain(self.consumer_groups.values().filter_map(ConsumerGroup::next_deadline))
+                .chain(self.share_groups.values().filter_map(ShareGroup::next_deadline))
                 .min()
                 .unwrap_or_else(|| self.env.clock().monotonic() + Duration::from_millis(IDLE_TICK_MS));
             let command = tokio::select! {
@@ -524,6 +574,7 @@ impl<E: Env> GroupCoordinator<E> {
         for group in self.consumer_groups.values_mut() {
             group.tick(now);
         }
+        self.tick_share_groups(now);
         self.deliver(replies);
         let ids: Vec<String> = self.consumer_groups.keys().cloned().collect();
         for group_id in ids {
@@ -556,6 +607,7 @@ impl<E: Env> GroupCoordinator<E> {
             Command::Classic(command) => self.handle_classic(command, now).await,
             Command::Consumer(command) => self.handle_consumer(command, now).await,
             Command::Offsets(command) => self.handle_offsets(command, now).await,
+            Command::Share(command) => self.handle_share(command, now).await,
             Command::Admin(command) => self.handle_admin(command).await,
         }
     }

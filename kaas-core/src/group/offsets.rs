@@ -41,6 +41,10 @@ struct GroupOffsetsFile {
     /// Generation, members and assignment as of the last rebalance (absent: never formed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     membership: Option<GroupMetadata>,
+    /// A share group's epoch (absent: not a share group). The group id is a share group's from
+    /// its first member on, across restarts, and its epoch never goes back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    share_epoch: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -58,6 +62,7 @@ struct GroupOffsets {
     committed: BTreeMap<TopicPartition, CommittedOffset>,
     pending: BTreeMap<i64, BTreeMap<TopicPartition, CommittedOffset>>,
     membership: Option<GroupMetadata>,
+    share_epoch: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -123,6 +128,7 @@ impl<V: Volume> OffsetStore<V> {
             committed: file.offsets.into_iter().map(|e| ((e.topic, e.partition), e.committed)).collect(),
             pending: BTreeMap::new(),
             membership: file.membership,
+            share_epoch: file.share_epoch,
         };
         for e in file.pending {
             offsets.pending.entry(e.producer_id).or_default().insert((e.topic, e.partition), e.committed);
@@ -144,7 +150,10 @@ impl<V: Volume> OffsetStore<V> {
         let (from, offsets) = found.unwrap_or((0, GroupOffsets::default()));
         self.epochs.insert(group_id.to_string(), epoch);
         if from != epoch
-            && (!offsets.committed.is_empty() || !offsets.pending.is_empty() || offsets.membership.is_some())
+            && (!offsets.committed.is_empty()
+                || !offsets.pending.is_empty()
+                || offsets.membership.is_some()
+                || offsets.share_epoch.is_some())
         {
             self.persist(group_id, &offsets).await?;
         }
@@ -175,6 +184,24 @@ impl<V: Volume> OffsetStore<V> {
         }
         let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
         next.membership = membership;
+        self.persist(group_id, &next).await?;
+        self.groups.insert(group_id.to_string(), next);
+        Ok(())
+    }
+
+    /// A share group's epoch as last written (None: not a share group).
+    pub fn share_epoch(&self, group_id: &str) -> Option<i32> {
+        self.groups.get(group_id)?.share_epoch
+    }
+
+    /// Makes a share group's epoch durable (None: the group is no share group any more).
+    pub async fn set_share_epoch(&mut self, group_id: &str, share_epoch: Option<i32>) -> CoreResult<()> {
+        let current = self.groups.get(group_id).and_then(|g| g.share_epoch);
+        if current == share_epoch && !self.uncertain.contains(group_id) {
+            return Ok(());
+        }
+        let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
+        next.share_epoch = share_epoch;
         self.persist(group_id, &next).await?;
         self.groups.insert(group_id.to_string(), next);
         Ok(())
@@ -275,6 +302,7 @@ impl<V: Volume> OffsetStore<V> {
                 })
                 .collect(),
             membership: offsets.membership.clone(),
+            share_epoch: offsets.share_epoch,
         };
         let raw = serde_json::to_vec(&file).expect("serialisable");
         let epoch = self.epochs.get(group_id).copied().unwrap_or(0);

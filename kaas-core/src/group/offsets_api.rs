@@ -122,6 +122,7 @@ impl<E: Env> GroupCoordinator<E> {
                 group.check_commit(&request.member_id, request.group_instance_id.as_deref(), request.generation_id)?;
                 group.touch(&request.member_id, now);
             }
+            Some(GroupKind::Share) => return Err(CoreError::GroupIdNotFound),
         }
         if crate::buggify!("groups.slow_commit") {
             // A slow volume: the coordinator stalls with the commit neither durable nor answered.
@@ -157,6 +158,8 @@ impl<E: Env> GroupCoordinator<E> {
                 let (member_id, instance) = (&request.member_id, request.group_instance_id.as_deref());
                 group.check_txn_commit(member_id, instance, request.generation_id)?;
             }
+            // A share group commits no offsets: its progress is its share partitions'.
+            Some(GroupKind::Share) => return Err(CoreError::GroupIdNotFound),
         }
         let now_ms = self.env.clock().now_ms();
         self.offsets.stage(&request.group_id, producer_id, request.offsets, now_ms).await?;

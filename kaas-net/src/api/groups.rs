@@ -207,11 +207,15 @@ pub async fn describe<E: Env>(
                     .with_protocol_type(text(&d.protocol_type))
                     .with_protocol_data(text(&d.protocol_name))
                     .with_members(members);
+                // v6 (KIP-1043) says that a group that is not a classic group is not found.
+                let message = match d.other_kind {
+                    true => format!("Group {} is not a classic group.", d.group_id),
+                    false => format!("Group {} not found.", d.group_id),
+                };
                 match d.state {
-                    // v6 (KIP-1043) says that a group that is not a classic group is not found.
                     None if version >= 6 => described
                         .with_error_code(ResponseError::GroupIdNotFound.code())
-                        .with_error_message(Some(text(&format!("Group {} not found.", d.group_id)))),
+                        .with_error_message(Some(text(&message))),
                     _ => described,
                 }
             })

@@ -26,6 +26,7 @@ mod produce;
 mod producers;
 mod reassignments;
 pub mod reference;
+mod share_groups;
 mod transactions;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -85,6 +86,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
 ];
 
 /// What a client may do to a topic, as a broker without an authorizer answers it: every
@@ -164,6 +167,8 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::ListGroups => now!(groups::list),
         ApiKey::ConsumerGroupHeartbeat => now!(consumer_groups::heartbeat),
         ApiKey::ConsumerGroupDescribe => now!(consumer_groups::describe),
+        ApiKey::ShareGroupHeartbeat => now!(share_groups::heartbeat),
+        ApiKey::ShareGroupDescribe => now!(share_groups::describe),
         ApiKey::DeleteGroups => now!(groups::delete),
         ApiKey::OffsetDelete => now!(groups::delete_offsets),
         ApiKey::OffsetCommit => now!(offsets::commit),
