@@ -55,6 +55,14 @@ pub enum CoreError {
     FencedInstanceId,
     GroupMaxSizeReached,
     GroupIdNotFound,
+    /// 121: a record acknowledged is not acquired by the member (KIP-932).
+    InvalidRecordState,
+    /// 122: no share session of the member on this broker.
+    ShareSessionNotFound,
+    /// 123: a share session's epoch is not the one expected.
+    InvalidShareSessionEpoch,
+    /// 133: this broker keeps as many share sessions as it may.
+    ShareSessionLimitReached,
     NonEmptyGroup,
     /// OffsetDelete of a topic a member of the group subscribes to.
     GroupSubscribedToTopic,

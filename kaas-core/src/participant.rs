@@ -21,7 +21,13 @@ pub type TopicPartition = (String, i32);
 pub enum Participant {
     Partition(TopicPartition),
     Group(String),
+    /// KIP-1289: a share group's view of a partition, whose acknowledgements a transaction
+    /// staged. Owned with its partition.
+    SharePartition(SharePartitionKey),
 }
+
+/// A share partition: (share group, topic, partition).
+pub type SharePartitionKey = (String, String, i32);
 
 /// How a transactional write joins its producer's transaction (KIP-890).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -152,6 +152,8 @@ pub(super) enum Command {
     Disown {
         reply: oneshot::Sender<()>,
     },
+    /// A request about one of the partition's share partitions (KIP-932).
+    Share(share::ShareCommand),
     /// Syncs and stops; with `delete`, removes the partition's files first.
     Stop {
         delete: bool,
@@ -280,6 +282,14 @@ impl PartitionHandle {
     /// Stops serving; returns once the last write is done.
     pub async fn disown(&self) {
         self.ask(|reply| Command::Disown { reply }).await;
+    }
+
+    /// Sends a request about one of the partition's share partitions; its reply comes on the
+    /// channel the command carries (refused, NOT_LEADER_OR_FOLLOWER-like, if the actor is gone).
+    pub async fn share(&self, command: share::ShareCommand) {
+        if let Err(mpsc::error::SendError(Command::Share(command))) = self.tx.send(Command::Share(command)).await {
+            command.refuse(stopped());
+        }
     }
 
     /// Syncs and stops the actor; with `delete`, its files are removed too.

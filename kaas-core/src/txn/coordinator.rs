@@ -865,7 +865,7 @@ async fn write_markers<E: Env>(to: &MarkerRoutes<E>, entry: &TxnEntry) -> CoreRe
         participants,
     };
     let local = markers::queue_here(&to.topics, &markers_of(local)).await;
-    let (local_partitions, local_groups): (Vec<_>, Vec<_>) = local.into_iter().partition(|d| d.is_partition());
+    let (local_partitions, local_groups): (Vec<_>, Vec<_>) = local.into_iter().partition(|d| d.is_queued());
     tracing::debug!(transactional_id = %entry.transactional_id, local = local_partitions.len(), ?remote, "writing markers");
     let mut asked = Vec::new();
     for (peer, members) in remote {
@@ -950,6 +950,11 @@ async fn route<E: Env>(
                 snapshot.owner(topic, *index, &view).and_then(|owner| view.endpoint_of(owner))
             }
             Participant::Group(group_id) => view.peer_owning(&group_key(group_id)),
+            // A share partition lives with its partition; a deleted topic's owes nothing.
+            Participant::SharePartition((_, topic, index)) => match snapshot.partition(topic, *index) {
+                None => continue,
+                Some(_) => snapshot.owner(topic, *index, &view).and_then(|owner| view.endpoint_of(owner)),
+            },
         };
         match peer {
             Some(peer) => remote.entry(peer).or_default().push(participant),

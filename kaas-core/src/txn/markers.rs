@@ -1,8 +1,8 @@
 //! The one path by which a transaction's markers reach the participants this broker owns,
 //! whoever sends them: the coordinator for its own participants, WriteTxnMarkers from a peer
 //! coordinator or an admin, and the marker watcher (`marker_queue`). A partition gets a COMMIT
-//! or ABORT marker in its log; a group ends the offsets the producer staged. Every answer comes
-//! once that is durable.
+//! or ABORT marker in its log; a group ends the offsets the producer staged; a share partition
+//! (KIP-1289) ends the acknowledgements staged in it. Every answer comes once that is durable.
 
 use tokio::sync::oneshot;
 
@@ -11,6 +11,7 @@ use crate::group::GroupsHandle;
 use crate::participant::Participant;
 use crate::partition::AppendOutcome;
 use crate::partition::log::control::Marker;
+use crate::partition::share::ShareCommand;
 use crate::topics::TopicsHandle;
 use crate::txn::peers::Markers;
 
@@ -26,13 +27,15 @@ pub struct Delivery {
 enum Pending {
     Done(CoreResult<()>),
     Marker(oneshot::Receiver<CoreResult<AppendOutcome>>),
+    Share(oneshot::Receiver<CoreResult<()>>),
     Group(String),
 }
 
 impl Delivery {
-    /// Whether this is a partition's marker (queued already), not a group's end.
-    pub fn is_partition(&self) -> bool {
-        matches!(self.participant, Participant::Partition(_))
+    /// Whether this is queued on a partition already (a marker in its log, or its share
+    /// partition's end), not a group's end.
+    pub fn is_queued(&self) -> bool {
+        matches!(self.participant, Participant::Partition(_) | Participant::SharePartition(_))
     }
 
     /// Waits until the marker is durable (a group's end: carries it out first).
@@ -43,6 +46,9 @@ impl Delivery {
                 Ok(written) => written.map(|_| ()),
                 Err(_) => Err(CoreError::Storage("partition stopped".into())),
             },
+            Pending::Share(ended) => {
+                ended.await.unwrap_or_else(|_| Err(CoreError::Storage("partition stopped".into())))
+            }
             Pending::Group(group_id) => groups.complete_txn(group_id, self.producer_id, self.commit).await,
         };
         (self.participant, result)
@@ -59,6 +65,21 @@ pub async fn queue_here(topics: &TopicsHandle, markers: &Markers) -> Vec<Deliver
     for participant in &markers.participants {
         let pending = match participant {
             Participant::Group(group_id) => Pending::Group(group_id.clone()),
+            Participant::SharePartition((group_id, topic, index)) => match snapshot.partition(topic, *index) {
+                None => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
+                Some(partition) => {
+                    let (reply, ended) = oneshot::channel();
+                    let command = ShareCommand::Complete {
+                        group_id: group_id.clone(),
+                        producer_id: markers.producer_id,
+                        producer_epoch: markers.producer_epoch,
+                        commit: markers.commit,
+                        reply,
+                    };
+                    partition.share(command).await;
+                    Pending::Share(ended)
+                }
+            },
             Participant::Partition((topic, index)) => match snapshot.partition(topic, *index) {
                 None => Pending::Done(Err(CoreError::UnknownTopicOrPartition)),
                 Some(partition) => Pending::Marker(

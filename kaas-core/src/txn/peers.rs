@@ -25,6 +25,7 @@ use crate::participant::{Join, Participant};
 /// Calls queued for the wire client before it refuses more.
 const QUEUED_MAX: usize = 1024;
 const GROUP_PSEUDO_TOPIC: &str = "__consumer_offsets/";
+const SHARE_PSEUDO_TOPIC: &str = "__share_group_state/";
 const CLIENT_ID_PREFIX: &str = "kaas-broker-";
 
 /// The client id of broker `broker_id`'s calls to its peers.
@@ -126,15 +127,22 @@ pub fn member_on_wire(member: &Participant) -> (String, i32) {
     match member {
         Participant::Partition((topic, partition)) => (topic.clone(), *partition),
         Participant::Group(group_id) => (format!("{GROUP_PSEUDO_TOPIC}{group_id}"), 0),
+        Participant::SharePartition((group_id, topic, partition)) => {
+            (format!("{SHARE_PSEUDO_TOPIC}{topic}/{group_id}"), *partition)
+        }
     }
 }
 
 /// The member a (topic, partition) of a peer's request names.
 pub fn member_from_wire(topic: &str, partition: i32) -> Participant {
-    match topic.strip_prefix(GROUP_PSEUDO_TOPIC) {
-        Some(group_id) if partition == 0 => Participant::Group(group_id.to_string()),
-        _ => Participant::Partition((topic.to_string(), partition)),
+    if let Some(group_id) = topic.strip_prefix(GROUP_PSEUDO_TOPIC).filter(|_| partition == 0) {
+        return Participant::Group(group_id.to_string());
     }
+    // A topic name has no '/': what follows the first is the group id, whatever it holds.
+    if let Some((topic, group_id)) = topic.strip_prefix(SHARE_PSEUDO_TOPIC).and_then(|rest| rest.split_once('/')) {
+        return Participant::SharePartition((group_id.to_string(), topic.to_string(), partition));
+    }
+    Participant::Partition((topic.to_string(), partition))
 }
 
 #[cfg(test)]
@@ -143,7 +151,8 @@ mod tests {
 
     #[test]
     fn members_cross_the_wire_unchanged_and_no_topic_is_taken_for_a_group() {
-        for member in [Participant::Partition(("t".into(), 3)), Participant::Group("g/with/slashes".into())] {
+        let share = Participant::SharePartition(("g/x".into(), "t".into(), 2));
+        for member in [Participant::Partition(("t".into(), 3)), Participant::Group("g/with/slashes".into()), share] {
             let (topic, partition) = member_on_wire(&member);
             assert_eq!(format!("{:?}", member_from_wire(&topic, partition)), format!("{member:?}"));
         }

@@ -88,8 +88,8 @@ pub enum TxnError {
     InvalidTransactionTimeout,
 }
 
-use crate::participant::Participant;
 pub use crate::participant::TopicPartition;
+use crate::participant::{Participant, SharePartitionKey};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnEntry {
@@ -103,6 +103,9 @@ pub struct TxnEntry {
     /// Partitions and groups of the current (or prepared) transaction: the markers it owes.
     pub partitions: BTreeSet<TopicPartition>,
     pub groups: BTreeSet<String>,
+    /// Share partitions whose acknowledgements the transaction staged (KIP-1289).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub share_partitions: BTreeSet<SharePartitionKey>,
     /// When the transaction became Ongoing (coordinator wall clock), or -1.
     pub ongoing_since_ms: i64,
     /// The client's transaction version at the last EndTxn: 2 if it bumped the epoch (v5).
@@ -167,14 +170,16 @@ impl TxnEntry {
         match participant {
             Participant::Partition(tp) => self.partitions.contains(tp),
             Participant::Group(group_id) => self.groups.contains(group_id),
+            Participant::SharePartition(key) => self.share_partitions.contains(key),
         }
     }
 
     /// The participants of the current (or prepared) transaction, the markers it owes:
-    /// partitions first, then groups.
+    /// partitions first, then share partitions, then groups.
     pub fn participants(&self) -> impl Iterator<Item = Participant> + '_ {
         let partitions = self.partitions.iter().cloned().map(Participant::Partition);
-        partitions.chain(self.groups.iter().cloned().map(Participant::Group))
+        let shares = self.share_partitions.iter().cloned().map(Participant::SharePartition);
+        partitions.chain(shares).chain(self.groups.iter().cloned().map(Participant::Group))
     }
 
     /// What every transition leaves true of an entry; it returns the entry, so that each
@@ -194,7 +199,10 @@ impl TxnEntry {
         assert_ne!(self.next_producer_id, self.producer_id, "a rotation moves to another producer id");
         match self.state {
             TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
-                assert!(self.partitions.is_empty() && self.groups.is_empty(), "no markers owed outside a transaction");
+                assert!(
+                    self.partitions.is_empty() && self.groups.is_empty() && self.share_partitions.is_empty(),
+                    "no markers owed outside a transaction"
+                );
                 assert_eq!(self.ongoing_since_ms, -1, "no transaction is running");
             }
             TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort => {
@@ -279,6 +287,7 @@ pub fn init_producer_id(
             state: TxnState::Empty,
             partitions: BTreeSet::new(),
             groups: BTreeSet::new(),
+            share_partitions: BTreeSet::new(),
             ongoing_since_ms: -1,
             transaction_version: 0,
             next_producer_id: -1,
@@ -332,6 +341,7 @@ fn add(
     if starting {
         next.partitions.clear();
         next.groups.clear();
+        next.share_partitions.clear();
         next.ongoing_since_ms = now_ms;
     }
     extend(&mut next);
@@ -506,6 +516,7 @@ pub fn complete(entry: &TxnEntry) -> TxnEntry {
     let mut done = entry.transition(next);
     done.partitions.clear();
     done.groups.clear();
+    done.share_partitions.clear();
     done.ongoing_since_ms = -1;
     if entry.next_producer_id >= 0 {
         done.previous_producer_id = entry.producer_id;
@@ -535,6 +546,9 @@ pub fn add_implicitly(
             add_partitions(entry, producer_id, producer_epoch, std::slice::from_ref(tp), now_ms)
         }
         Participant::Group(group_id) => add_offsets(entry, producer_id, producer_epoch, group_id, now_ms),
+        Participant::SharePartition(key) => add(entry, producer_id, producer_epoch, now_ms, |e| {
+            e.share_partitions.insert(key.clone());
+        }),
     };
     added.map(Some)
 }

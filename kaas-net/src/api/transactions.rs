@@ -77,13 +77,16 @@ async fn add_partitions<E: Env>(
     let snapshot = ctx.broker.topics.snapshot();
     let mut wanted = Vec::new();
     let mut unknown = Vec::new();
-    let mut groups = Vec::new();
+    // Participants that are no partitions: a peer verifying a TxnOffsetCommit for the group it
+    // owns, or a TxnShareAcknowledge for a share partition it owns.
+    let mut others = Vec::new();
     for t in topics {
         for &p in &t.partitions {
             let tp = (t.name.0.to_string(), p);
             match member_from_wire(&tp.0, p) {
-                // A peer verifying a TxnOffsetCommit for the group it owns.
-                Participant::Group(g) if join.is_some() => groups.push((tp, g)),
+                other @ (Participant::Group(_) | Participant::SharePartition(_)) if join.is_some() => {
+                    others.push((tp, other))
+                }
                 _ if snapshot.partition(&tp.0, p).is_some() => wanted.push(tp),
                 _ => unknown.push(tp),
             }
@@ -104,7 +107,7 @@ async fn add_partitions<E: Env>(
             Ok(id) if let Some(join) = join => {
                 let mut result = Ok(());
                 let members = wanted.iter().map(|tp| (tp.clone(), Participant::Partition(tp.clone())));
-                for (tp, member) in members.chain(groups.into_iter().map(|(tp, g)| (tp, Participant::Group(g)))) {
+                for (tp, member) in members.chain(others) {
                     let verified = txn.verify(id.clone(), producer_id, producer_epoch, member, join).await;
                     codes.insert(tp, error::code_of(&verified));
                     result = result.and(verified);

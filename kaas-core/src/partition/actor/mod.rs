@@ -8,6 +8,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod share;
+
 use super::state::{self, Admit, LogEnds, PartitionState};
 use super::{AppendOutcome, Command, EpochEnd, Isolation, PartitionHandle, ReadOutcome, TxnView, Watermarks};
 use crate::cluster::{Claimed, ClusterView};
@@ -55,6 +57,12 @@ pub(super) struct PartitionActor<E: Env> {
     /// be this topic's (`adopt_dir`).
     topic_id: [u8; 16],
     adopted: bool,
+    /// The share partitions of the groups consuming this partition (`share`).
+    shares: share::Shares,
+    /// Their transactions' ends (KIP-1289), per (group, producer id): the staging guard.
+    share_ends: crate::participant::EndGuard<(String, i64)>,
+    /// Share answers waiting for the group commit's writes.
+    share_replies: Vec<share::ShareReply>,
 }
 
 /// The file in a partition directory naming the topic it belongs to.
@@ -113,6 +121,9 @@ pub async fn start<E: Env>(
         cluster,
         topic_id,
         adopted: false,
+        shares: share::Shares::new(),
+        share_ends: crate::participant::EndGuard::default(),
+        share_replies: Vec::new(),
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
@@ -213,17 +224,24 @@ impl<E: Env> PartitionActor<E> {
         loop {
             // A log that could not be opened is tried again on the next command, and on its
             // own now and then: readers of the published watermarks (ListOffsets) send none.
-            let command = if self.log.is_none() && self.owned.is_some() {
-                tokio::select! {
+            // Share partitions' acquisition locks run out on this actor's timer too.
+            let reopen = (self.log.is_none() && self.owned.is_some()).then_some(REOPEN_RETRY_MS);
+            let expiry =
+                self.next_share_expiry_ms().map(|at| at.saturating_sub(self.env.clock().now_ms()).max(0) as u64);
+            let wake_ms = reopen.into_iter().chain(expiry).min();
+            let command = match wake_ms {
+                Some(wake_ms) => tokio::select! {
                     biased;
                     command = rx.recv() => command,
-                    _ = self.env.clock().sleep_ms(REOPEN_RETRY_MS) => {
-                        self.ensure_open().await;
+                    _ = self.env.clock().sleep_ms(wake_ms) => {
+                        if self.log.is_none() && self.owned.is_some() {
+                            self.ensure_open().await;
+                        }
+                        self.expire_shares(self.env.clock().now_ms());
                         continue;
                     }
-                }
-            } else {
-                rx.recv().await
+                },
+                None => rx.recv().await,
             };
             let Some(command) = command else { break };
             let mut next = Some(command);
@@ -254,6 +272,9 @@ impl<E: Env> PartitionActor<E> {
         if crate::buggify!("partition.slow_sync") {
             // Widens the window in which appends are written but neither durable nor acked.
             self.env.clock().sleep_ms(self.env.rng().below(50)).await;
+        }
+        if self.share_work() {
+            self.finish_shares().await;
         }
         let Some(log) = self.log.as_mut() else {
             for (reply, _) in acks.drain(..) {
@@ -447,6 +468,7 @@ impl<E: Env> PartitionActor<E> {
                 }
                 self.finish_group(acks).await;
                 self.stop(false).await;
+                self.forget_shares();
                 self.owned = Some(Owned { claimed, session });
                 // A new epoch starts from what the files say: an old epoch's watermarks (a
                 // zombie's, perhaps past what it acked) are no baseline for it.
@@ -463,6 +485,7 @@ impl<E: Env> PartitionActor<E> {
                 tracing::debug!(dir = %self.dir, owned = ?self.owned, "disown");
                 self.finish_group(acks).await;
                 self.stop(false).await;
+                self.forget_shares();
                 self.owned = None;
                 self.watermarks.send_modify(|w| {
                     w.online = false;
@@ -502,6 +525,7 @@ impl<E: Env> PartitionActor<E> {
                 let marker = (producer_id, producer_epoch, marker, coordinator_epoch);
                 self.write_marker(marker, now_ms, reply, acks).await;
             }
+            Command::Share(command) => self.handle_share(command).await,
             Command::Read { offset, max_bytes, isolation, reply } => {
                 // A short read still holds a whole batch: consumers must cope with any split.
                 let max_bytes = if crate::buggify!("partition.short_read") { 1 } else { max_bytes };
@@ -598,5 +622,6 @@ fn reply_with(command: Command, error: CoreError) {
         | Command::Stop { .. } => {}
         Command::Own { reply, .. } => drop(reply.send(Err(error()))),
         Command::Disown { reply } => drop(reply.send(())),
+        Command::Share(command) => command.refuse(error()),
     }
 }

@@ -1,0 +1,385 @@
+//! The partition actor's share partitions (KIP-932): one in-flight window per share group that
+//! consumes the partition, loaded from the volume on its first request under this ownership
+//! epoch (or started at `share.auto.offset.reset`), changed by the pure state of
+//! `partition::share::state`, and written back (`partition::share::file`) in the same group
+//! commit as the log's appends, before anything it changed is answered and only while the
+//! lease still holds. Lock expiry runs on the actor's own timer.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::oneshot;
+
+use super::PartitionActor;
+use crate::env::{Clock, Env};
+use crate::error::{CoreError, CoreResult};
+use crate::participant::Admission;
+use crate::partition::Isolation;
+use crate::partition::log::batch::BatchHeader;
+use crate::partition::share::state::{AckError, Event, LogBatch, ShareWindow};
+use crate::partition::share::{AutoOffsetReset, ShareCommand, ShareFetched, ShareGroupConfig, ShareOffsets, file};
+
+/// Share groups one partition keeps windows for at once, a bound on memory.
+const SHARE_GROUPS_MAX: usize = 10_000;
+
+/// One share partition this owner serves.
+pub(super) struct Share {
+    window: ShareWindow,
+    /// Changed since it was last written under this owner's epoch.
+    dirty: bool,
+}
+
+/// An answer that waits for the group commit's share writes.
+pub(super) enum ShareReply {
+    Fetched(oneshot::Sender<CoreResult<ShareFetched>>, ShareFetched),
+    Done(oneshot::Sender<CoreResult<()>>),
+}
+
+fn ack_error(e: AckError) -> CoreError {
+    match e {
+        AckError::InvalidRecordState => CoreError::InvalidRecordState,
+        AckError::InvalidRequest => {
+            CoreError::InvalidRequest("the acknowledgement's ranges or types are invalid".into())
+        }
+    }
+}
+
+/// The batches of `records` as the window sees them: a control batch holds nothing to deliver,
+/// nor, under read_committed, does a batch of an aborted transaction.
+fn log_batches(records: &[u8], aborted: &[crate::partition::producer::state::AbortedTxn]) -> Vec<LogBatch> {
+    let mut batches = Vec::new();
+    let mut at = 0;
+    while at < records.len() {
+        let Ok(header) = BatchHeader::parse(&records[at..]) else { break };
+        let aborted = header.is_transactional()
+            && aborted.iter().any(|a| {
+                a.producer_id == header.producer_id
+                    && a.first_offset <= header.base_offset
+                    && header.base_offset <= a.last_offset
+            });
+        let deliverable = !header.is_control() && !aborted;
+        batches.push(LogBatch { base_offset: header.base_offset, last_offset: header.last_offset(), deliverable });
+        at += header.total_len();
+    }
+    batches
+}
+
+impl<E: Env> PartitionActor<E> {
+    pub(super) async fn handle_share(&mut self, command: ShareCommand) {
+        let now_ms = self.env.clock().now_ms();
+        match command {
+            ShareCommand::Acquire { group_id, member_id, config, max_records, max_bytes, mode, reply } => {
+                let fetched = match self.share_load(&group_id, config, true).await {
+                    Ok(()) => {
+                        self.share_acquire(&group_id, &member_id, config, max_records, max_bytes, mode, now_ms).await
+                    }
+                    Err(e) => Err(e),
+                };
+                match fetched {
+                    Ok(fetched) => self.share_replies.push(ShareReply::Fetched(reply, fetched)),
+                    Err(e) => drop(reply.send(Err(e))),
+                }
+            }
+            ShareCommand::Acknowledge { group_id, member_id, config, batches, renew_allowed, reply } => {
+                if let Err(e) = self.share_load(&group_id, config, true).await {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                let event = Event::Acknowledge { member: &member_id, batches: &batches, renew_allowed, now_ms };
+                let outcome = self.share_apply(&group_id, event);
+                match outcome.ack.expect("an acknowledgement is answered") {
+                    Ok(()) => self.share_replies.push(ShareReply::Done(reply)),
+                    Err(e) => drop(reply.send(Err(ack_error(e)))),
+                }
+            }
+            ShareCommand::ReleaseMember { group_id, member_id } => {
+                if self.shares.contains_key(&group_id) {
+                    self.share_apply(&group_id, Event::ReleaseMember { member: &member_id });
+                }
+            }
+            ShareCommand::Guard { reply } => {
+                let _ = reply.send(self.share_ends.guard());
+            }
+            ShareCommand::Stage { group_id, member_id, config, producer_id, producer_epoch, batches, guard, reply } => {
+                match self.share_ends.admits(&(group_id.clone(), producer_id), guard) {
+                    Admission::Admitted => {}
+                    // The transaction ended after it was verified: a late request of it.
+                    Admission::Ended => return drop(reply.send(Err(CoreError::InvalidTxnState))),
+                    // Verified before this owner's state was loaded: verified again on a retry.
+                    Admission::Stale => return drop(reply.send(Err(CoreError::ConcurrentTransactions))),
+                }
+                if let Err(e) = self.share_load(&group_id, config, true).await {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                let event = Event::Stage { member: &member_id, producer_id, producer_epoch, batches: &batches };
+                match self.share_apply(&group_id, event).ack.expect("a staging is answered") {
+                    Ok(()) => self.share_replies.push(ShareReply::Done(reply)),
+                    Err(e) => drop(reply.send(Err(ack_error(e)))),
+                }
+            }
+            ShareCommand::Complete { group_id, producer_id, producer_epoch, commit, reply } => {
+                self.share_ends.record_end((group_id.clone(), producer_id));
+                // A group that never consumed the partition here staged nothing in it.
+                if let Err(e) = self.share_load_existing(&group_id).await {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                if self.shares.contains_key(&group_id) {
+                    self.share_apply(&group_id, Event::CompleteTxn { producer_id, producer_epoch, commit });
+                }
+                self.share_replies.push(ShareReply::Done(reply));
+            }
+            ShareCommand::Offsets { group_id, reply } => {
+                let offsets = match self.share_load_existing(&group_id).await {
+                    Ok(()) => Ok(self.shares.get(&group_id).map(|s| self.share_offsets(&s.window))),
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(offsets);
+            }
+            ShareCommand::Reset { group_id, start_offset, config, reply } => {
+                let reset = self.share_reset(&group_id, start_offset, config).await;
+                match reset {
+                    Ok(()) => self.share_replies.push(ShareReply::Done(reply)),
+                    Err(e) => drop(reply.send(Err(e))),
+                }
+            }
+        }
+    }
+
+    /// Applies an event to a loaded share partition, marking what must be written.
+    fn share_apply(&mut self, group_id: &str, event: Event) -> crate::partition::share::state::Outcome {
+        let share = self.shares.get_mut(group_id).expect("loaded");
+        let before = share.window.next_fetch_offset();
+        let outcome = share.window.apply(event);
+        share.dirty |= outcome.durable_change;
+        // Records made available again (a release, an abort) wake the fetches waiting for data.
+        if share.window.next_fetch_offset() < before {
+            self.data_version.send_modify(|v| *v += 1);
+        }
+        outcome
+    }
+
+    /// Loads the group's window if it is not yet: from the volume (the newest file of an epoch
+    /// up to this owner's), or, with `create`, started at the group's `share.auto.offset.reset`.
+    /// A damaged file takes the share partition offline, with the reason logged.
+    async fn share_load(&mut self, group_id: &str, config: ShareGroupConfig, create: bool) -> CoreResult<()> {
+        if let Some(share) = self.shares.get_mut(group_id) {
+            if share.window.settings() != config.window {
+                share.window.apply(Event::Settings(config.window));
+            }
+            return Ok(());
+        }
+        let Some(owned) = self.owned else { return Err(CoreError::NotLeaderOrFollower) };
+        let Some(log) = self.log.as_ref() else { return Err(CoreError::Storage("partition log unavailable".into())) };
+        if self.shares.len() >= SHARE_GROUPS_MAX {
+            return Err(CoreError::Storage(format!(
+                "{} share groups already consume this partition",
+                SHARE_GROUPS_MAX
+            )));
+        }
+        let epoch = owned.claimed.epoch;
+        let read = file::read_newest(self.env.volume(), &self.dir, group_id, epoch, config.window).await;
+        let (window, dirty) = match read {
+            Ok(Some((found, window))) => (window, found != epoch),
+            Ok(None) if !create => return Ok(()),
+            Ok(None) => {
+                let start = match config.auto_offset_reset {
+                    AutoOffsetReset::Latest => log.high_watermark(),
+                    AutoOffsetReset::Earliest => log.log_start_offset(),
+                };
+                // Written before anything is delivered: a later owner starts where this one did.
+                (ShareWindow::new(start, config.window), true)
+            }
+            Err(e) => {
+                tracing::error!(dir = %self.dir, group = group_id, error = %e, "damaged share partition state: offline");
+                return Err(CoreError::Storage(format!("share partition state of group {group_id}: {e}")));
+            }
+        };
+        self.shares.insert(group_id.to_string(), Share { window, dirty });
+        Ok(())
+    }
+
+    /// Loads the group's window only if the volume has one.
+    async fn share_load_existing(&mut self, group_id: &str) -> CoreResult<()> {
+        if self.shares.contains_key(group_id) {
+            return Ok(());
+        }
+        // The settings of a window read only to be ended or described do not matter until the
+        // group's next fetch brings its own.
+        let config = ShareGroupConfig {
+            window: crate::partition::share::state::ShareSettings {
+                lock_duration_ms: 30_000,
+                delivery_count_limit: u16::MAX,
+                max_in_flight: i64::MAX,
+            },
+            read_committed: false,
+            auto_offset_reset: AutoOffsetReset::Latest,
+        };
+        self.share_load(group_id, config, false).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn share_acquire(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        config: ShareGroupConfig,
+        max_records: usize,
+        max_bytes: usize,
+        mode: crate::partition::share::state::AcquireMode,
+        now_ms: i64,
+    ) -> CoreResult<ShareFetched> {
+        let log = self.log.as_ref().expect("loaded with the log open");
+        let log_start = log.log_start_offset();
+        if self.shares[group_id].window.start_offset() < log_start {
+            // Records below the log's start are gone (retention, DeleteRecords).
+            self.share_apply(group_id, Event::StartAt { offset: log_start });
+        }
+        let share = &self.shares[group_id];
+        if !share.window.can_acquire() || max_records == 0 {
+            return Ok(ShareFetched::default());
+        }
+        let from = share.window.next_fetch_offset();
+        let isolation = if config.read_committed { Isolation::ReadCommitted } else { Isolation::ReadUncommitted };
+        let watermarks = self.watermarks_now().expect("the log is open");
+        let (upper, aborted) = match isolation {
+            Isolation::ReadUncommitted => (None, Vec::new()),
+            Isolation::ReadCommitted => {
+                let lso = watermarks.last_stable_offset;
+                (Some(lso), self.state.aborted_between(from, lso))
+            }
+        };
+        let log = self.log.as_ref().expect("the log is open");
+        let read = log.read(from, max_bytes.max(1), upper).await.map_err(CoreError::from)?;
+        if read.records.is_empty() {
+            return Ok(ShareFetched::default());
+        }
+        let batches = log_batches(&read.records, &aborted);
+        let event = Event::Acquire { member: member_id, batches: &batches, max_records, mode, now_ms };
+        let acquired = self.share_apply(group_id, event).acquired;
+        let records = if acquired.is_empty() { bytes::Bytes::new() } else { read.records };
+        Ok(ShareFetched { records, acquired })
+    }
+
+    fn share_offsets(&self, window: &ShareWindow) -> ShareOffsets {
+        let high_watermark = self.log.as_ref().map_or(window.end_offset(), |l| l.high_watermark());
+        let done_in_window = window.entries().filter(|(_, e)| e.state.is_terminal()).count() as i64;
+        let lag = (high_watermark - window.start_offset() - done_in_window).max(0);
+        ShareOffsets { start_offset: window.start_offset(), lag }
+    }
+
+    async fn share_reset(
+        &mut self,
+        group_id: &str,
+        start_offset: Option<i64>,
+        config: ShareGroupConfig,
+    ) -> CoreResult<()> {
+        self.shares.remove(group_id);
+        match start_offset {
+            None => file::remove_all(self.env.volume(), &self.dir, group_id)
+                .await
+                .map_err(|e| CoreError::Storage(e.to_string())),
+            Some(start) => {
+                self.shares.insert(
+                    group_id.to_string(),
+                    Share { window: ShareWindow::new(start, config.window), dirty: true },
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Lets go of the records whose acquisition lock ran out.
+    pub(super) fn expire_shares(&mut self, now_ms: i64) {
+        let expiring: Vec<String> = self
+            .shares
+            .iter()
+            .filter(|(_, s)| s.window.next_lock_expiry_ms().is_some_and(|at| at <= now_ms))
+            .map(|(g, _)| g.clone())
+            .collect();
+        for group_id in expiring {
+            self.share_apply(&group_id, Event::Expire { now_ms });
+        }
+    }
+
+    /// When the earliest acquisition lock of any share partition runs out.
+    pub(super) fn next_share_expiry_ms(&self) -> Option<i64> {
+        self.shares.values().filter_map(|s| s.window.next_lock_expiry_ms()).min()
+    }
+
+    /// Whether the group commit has share work: windows to write or answers to send.
+    pub(super) fn share_work(&self) -> bool {
+        !self.share_replies.is_empty() || self.shares.values().any(|s| s.dirty)
+    }
+
+    /// The group commit's share part: every changed window written under this owner's epoch,
+    /// then the answers, if the lease held past the writes. A failed write answers with a
+    /// storage error (effect unknown) and forgets the windows it could not write: they are read
+    /// again from the volume, which has one of the two states.
+    pub(super) async fn finish_shares(&mut self) {
+        let Some(owned) = self.owned else {
+            for reply in self.share_replies.drain(..) {
+                reply.fail(CoreError::NotLeaderOrFollower);
+            }
+            return;
+        };
+        let epoch = owned.claimed.epoch;
+        let mut failed: Option<String> = None;
+        let dirty: Vec<String> = self.shares.iter().filter(|(_, s)| s.dirty).map(|(g, _)| g.clone()).collect();
+        let mut written = Vec::new();
+        for group_id in dirty {
+            let window = &self.shares[&group_id].window;
+            match file::write(self.env.volume(), &self.dir, &group_id, epoch, window).await {
+                Ok(()) => {
+                    self.shares.get_mut(&group_id).expect("dirty").dirty = false;
+                    written.push(group_id);
+                }
+                Err(e) => {
+                    tracing::error!(dir = %self.dir, group = %group_id, error = %e, "cannot write a share partition's state");
+                    self.shares.remove(&group_id);
+                    failed = Some(e.to_string());
+                }
+            }
+        }
+        for group_id in written {
+            file::remove_older(self.env.volume(), &self.dir, &group_id, epoch).await;
+        }
+        let refusal = match failed {
+            Some(why) => Some(CoreError::Storage(why)),
+            None if !self.lease_ok() => Some(CoreError::NotLeaderOrFollower),
+            None => None,
+        };
+        for reply in self.share_replies.drain(..) {
+            match &refusal {
+                Some(e) => reply.fail(e.clone()),
+                None => reply.send(),
+            }
+        }
+    }
+
+    /// A new ownership epoch (or none): the windows are read again from the volume when next
+    /// asked for, and guards read before are not trusted.
+    pub(super) fn forget_shares(&mut self) {
+        self.shares.clear();
+        self.share_ends.forget();
+    }
+}
+
+impl ShareReply {
+    fn send(self) {
+        match self {
+            ShareReply::Fetched(reply, fetched) => drop(reply.send(Ok(fetched))),
+            ShareReply::Done(reply) => drop(reply.send(Ok(()))),
+        }
+    }
+
+    fn fail(self, error: CoreError) {
+        match self {
+            ShareReply::Fetched(reply, _) => drop(reply.send(Err(error))),
+            ShareReply::Done(reply) => drop(reply.send(Err(error))),
+        }
+    }
+}
+
+/// The share partitions of a partition actor.
+pub(super) type Shares = BTreeMap<String, Share>;
