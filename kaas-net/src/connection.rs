@@ -40,6 +40,8 @@ pub enum Answer {
 pub struct Context<E: Env> {
     pub broker: Broker<E>,
     pub peer: String,
+    /// This connection's number on its broker: its share sessions are tied to it.
+    pub connection_id: u64,
 }
 
 enum Slot {
@@ -53,7 +55,8 @@ where
 {
     let max_bytes = broker.config.socket_request_max_bytes;
     let spawner = broker.env.spawner().clone();
-    let ctx = Context { broker, peer };
+    let connection_id = broker.next_connection_id();
+    let ctx = Context { broker, peer, connection_id };
     let (mut reader, writer) = tokio::io::split(stream);
     let (slots, slots_rx) = mpsc::channel(IN_FLIGHT_MAX);
     let (written, all_written) = oneshot::channel::<()>();
@@ -100,6 +103,8 @@ where
     // The connection is over when the writer has answered everything read before the end.
     drop(slots);
     let _ = all_written.await;
+    // Its share sessions end with it, and what their members acquired is let go.
+    ctx.broker.share_connection_closed(ctx.connection_id).await;
 }
 
 async fn write_responses<W: AsyncWrite + Unpin>(writer: W, mut slots: mpsc::Receiver<Slot>) {

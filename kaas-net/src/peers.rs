@@ -1,6 +1,7 @@
 //! The wire client of `kaas_core::txn::peers`: what this broker asks of its peers, sent
 //! as the Kafka requests Apache's brokers send each other. Markers go as WriteTxnMarkers (v1),
-//! verification as AddPartitionsToTxn (v4, verify_only).
+//! verification as AddPartitionsToTxn (v4, verify_only), KIP-1289's member check as
+//! ShareGroupDescribe (v1) of the member's group.
 //!
 //! One link task per peer endpoint holds one connection and pipelines calls on it, as Kafka
 //! clients do: a peer answers in request order. A connection that fails, or whose oldest call
@@ -41,6 +42,7 @@ const LINK_IDLE_MS: u64 = 300_000;
 const RESPONSE_BYTES_MAX: usize = 16 << 20;
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 const ADD_PARTITIONS_TO_TXN_VERSION: i16 = 4;
+const SHARE_GROUP_DESCRIBE_VERSION: i16 = 1;
 
 /// One call as a link sends it: the encoded request and what to do with the answer's body
 /// (`None`: no answer came).
@@ -83,6 +85,9 @@ fn job_of(call: PeerCall) -> (Endpoint, Job) {
         PeerCall::Fence { to, producer_id, producer_epoch, reply } => (to, fence(producer_id, producer_epoch, reply)),
         PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, join, reply } => {
             (to, verify(transactional_id, producer_id, producer_epoch, member, join, reply))
+        }
+        PeerCall::CheckShareMember { to, group_id, member_id, member_epoch, reply } => {
+            (to, check_share_member(group_id, member_id, member_epoch, reply))
         }
     }
 }
@@ -193,6 +198,37 @@ fn verify(
                         .next();
                     code.map_or(Err(CoreError::CoordinatorNotAvailable), error::from_code)
                 }
+            };
+            let _ = reply.send(result);
+        }),
+    }
+}
+
+/// KIP-1289's member check as a ShareGroupDescribe of the group (v1): the member must be in it
+/// at the epoch given (an older one is stale, a newer one fenced).
+fn check_share_member(
+    group_id: String,
+    member_id: String,
+    member_epoch: i32,
+    reply: oneshot::Sender<CoreResult<()>>,
+) -> Job {
+    let request = ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(text(&group_id))]);
+    Job {
+        key: ApiKey::ShareGroupDescribe,
+        version: SHARE_GROUP_DESCRIBE_VERSION,
+        encode: encoder(request, SHARE_GROUP_DESCRIBE_VERSION),
+        answer: Box::new(move |body| {
+            let response: Option<ShareGroupDescribeResponse> =
+                body.and_then(|b| decode(b, SHARE_GROUP_DESCRIBE_VERSION));
+            let result = match response.and_then(|r| r.groups.into_iter().next()) {
+                None => Err(CoreError::CoordinatorNotAvailable),
+                Some(g) if g.error_code != 0 => error::from_code(g.error_code),
+                Some(g) => match g.members.iter().find(|m| m.member_id.as_str() == member_id) {
+                    None => Err(CoreError::UnknownMemberId),
+                    Some(m) if m.member_epoch == member_epoch => Ok(()),
+                    Some(m) if m.member_epoch > member_epoch => Err(CoreError::StaleMemberEpoch),
+                    Some(_) => Err(CoreError::FencedMemberEpoch),
+                },
             };
             let _ = reply.send(result);
         }),

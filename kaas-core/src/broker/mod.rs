@@ -19,7 +19,12 @@ use crate::participant::Participant;
 use crate::txn::markers;
 use crate::txn::peers::Markers;
 
+mod share;
 mod writes;
+pub use share::{
+    FINAL_EPOCH, ShareFetchAnswer, ShareFetchRequest, SharePartitionAnswer, SharePlan, ShareRequestPartition,
+    ShareSessions, TxnShareAcknowledge, TxnShareAnswer,
+};
 pub use writes::{ProduceRequest, Produced, TxnOffsetCommit};
 
 #[derive(Clone)]
@@ -33,6 +38,10 @@ pub struct Broker<E: Env> {
     pub membership: MembershipHandle,
     /// Calls to peer brokers, sent by the wire client a server attaches.
     pub peers: PeersHandle,
+    /// Share sessions (KIP-932), per (group, member), each tied to the connection that opened it.
+    share_sessions: share::ShareSessionsHandle,
+    /// Connections accepted so far: each is numbered, for its share sessions.
+    connections: Arc<std::sync::atomic::AtomicU64>,
     /// The marker watcher stops when the last clone of the broker is dropped.
     _marker_watcher: Arc<oneshot::Sender<()>>,
 }
@@ -59,7 +68,24 @@ impl<E: Env> Broker<E> {
         marker_queue::recover(&env, config.broker_id).await?;
         let stop = marker_queue::start(&env, config.broker_id, topics.clone(), groups.clone(), membership.subscribe());
         let _marker_watcher = Arc::new(stop);
-        Ok(Broker { env, config, topics, groups, producer_ids, txn, membership, peers, _marker_watcher })
+        Ok(Broker {
+            env,
+            config,
+            topics,
+            groups,
+            producer_ids,
+            txn,
+            membership,
+            peers,
+            share_sessions: Default::default(),
+            connections: Default::default(),
+            _marker_watcher,
+        })
+    }
+
+    /// A number for a new connection, unique while this broker runs.
+    pub fn next_connection_id(&self) -> u64 {
+        self.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether this broker holds a valid lease now: what it owns it may still answer for.

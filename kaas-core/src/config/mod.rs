@@ -83,6 +83,9 @@ pub struct BrokerConfig {
     /// offers transactions v2 (KIP-890 part 2) to clients that have it, below 2 keeps every
     /// client on v1 (Apache sets it with `kafka-features`; here it is a setting).
     pub transaction_version: i16,
+    /// The finalized level of the `share.version` feature: 1 serves share groups, 3 KIP-1289's
+    /// TxnShareAcknowledge too.
+    pub share_version: i16,
     /// A peer is live while this broker saw its lease renewed within this long, timed on this
     /// broker's own monotonic clock (`broker.session.timeout.ms`, Apache's name and default).
     pub broker_session_timeout_ms: u64,
@@ -127,6 +130,7 @@ impl Default for BrokerConfig {
             group_consumer_heartbeat_interval_ms: 5_000,
             group_consumer_max_size: i32::MAX as usize,
             group_consumer_migration_policy: MigrationPolicy::Bidirectional,
+            share_version: 3,
             group_share_session_timeout_ms: 45_000,
             group_share_heartbeat_interval_ms: 5_000,
             group_share_max_size: 200,

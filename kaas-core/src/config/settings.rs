@@ -332,6 +332,20 @@ pub const SETTINGS: &[Setting] = &[
         get: |c| c.transaction_version.to_string(),
     },
     Setting {
+        name: "share.version",
+        change: Static,
+        doc: "The finalized level of the `share.version` feature (0 to 3): 1 serves share groups (KIP-932), 2 their dead-letter queues (KIP-1191), 3 KIP-1289's transactional acknowledgements (TxnShareAcknowledge); 0 serves none of them. Apache finalizes it with `kafka-features`.",
+        set: Some(|c, v| {
+            let level: i16 = parse("share.version", v)?;
+            if !(0..=3).contains(&level) {
+                return Err(format!("share.version must be 0, 1, 2 or 3, not {level}"));
+            }
+            c.share_version = level;
+            Ok(())
+        }),
+        get: |c| c.share_version.to_string(),
+    },
+    Setting {
         name: "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         change: Static,
         doc: "How often timed-out transactions are aborted and prepared ones finished.",

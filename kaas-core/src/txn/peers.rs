@@ -55,6 +55,15 @@ pub enum PeerCall {
     Fence { to: Endpoint, producer_id: i64, producer_epoch: i16, reply: oneshot::Sender<CoreResult<()>> },
     /// Answered Ok once every marker is durable on the peer.
     WriteMarkers { to: Endpoint, markers: Markers, reply: oneshot::Sender<Vec<(Participant, CoreResult<()>)>> },
+    /// Answered Ok if the member is the share group's at that epoch (KIP-1289's staging), as the
+    /// group's coordinator says.
+    CheckShareMember {
+        to: Endpoint,
+        group_id: String,
+        member_id: String,
+        member_epoch: i32,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
     /// Answered Ok if `member` is in the producer's open transaction (or, `Join::Add`, added).
     Verify {
         to: Endpoint,
@@ -118,6 +127,22 @@ impl PeersHandle {
         join: Join,
     ) -> CoreResult<()> {
         let call = |reply| PeerCall::Verify { to, transactional_id, producer_id, producer_epoch, member, join, reply };
+        self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+}
+
+impl PeersHandle {
+    /// Whether `member_id` is a member of the share group at `member_epoch`, by its
+    /// coordinator on a peer.
+    pub async fn check_share_member(
+        &self,
+        to: Endpoint,
+        group_id: &str,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> CoreResult<()> {
+        let (group_id, member_id) = (group_id.to_string(), member_id.to_string());
+        let call = |reply| PeerCall::CheckShareMember { to, group_id, member_id, member_epoch, reply };
         self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
 }

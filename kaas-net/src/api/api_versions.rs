@@ -3,7 +3,8 @@
 //!
 //! From v3 the answer also carries the `transaction.version` feature, finalized at the
 //! broker's `transaction.version` setting: the Java client and franz-go use transactions v2
-//! when it is 2. Below 2, the versions that mean v2 (Produce v12+, TxnOffsetCommit v5, EndTxn
+//! when it is 2; and the `share.version` feature, finalized at `share.version`, below whose
+//! levels the share APIs are not advertised. Below 2, the versions that mean v2 (Produce v12+, TxnOffsetCommit v5, EndTxn
 //! v5) are not advertised, as Apache leaves them out.
 
 use kaas_core::BrokerConfig;
@@ -21,6 +22,12 @@ const TRANSACTION_VERSION: &str = "transaction.version";
 /// The epoch of the finalized features: they never change while a broker runs.
 const FINALIZED_FEATURES_EPOCH: i64 = 1;
 
+/// The feature that gates share groups, as Apache spells it, and its levels: 1 share groups
+/// (KIP-932), 2 dead-letter queues (KIP-1191), 3 transactional acknowledgements (KIP-1289).
+const SHARE_VERSION: &str = "share.version";
+const SHARE_GROUPS: i16 = 1;
+const SHARE_TRANSACTIONAL_ACKS: i16 = 3;
+
 /// The highest version of `key` advertised under `transaction_version`.
 pub fn advertised_max(key: ApiKey, max: i16, transaction_version: i16) -> i16 {
     if transaction_version >= TV2 {
@@ -33,9 +40,26 @@ pub fn advertised_max(key: ApiKey, max: i16, transaction_version: i16) -> i16 {
     }
 }
 
+/// Whether `key` is served at the `share.version` level: share groups' APIs from 1,
+/// TxnShareAcknowledge from 3, as Apache leaves out the APIs of a feature not finalized.
+fn served_at_share_level(key: ApiKey, share_version: i16) -> bool {
+    match key {
+        ApiKey::TxnShareAcknowledge => share_version >= SHARE_TRANSACTIONAL_ACKS,
+        ApiKey::ShareGroupHeartbeat
+        | ApiKey::ShareGroupDescribe
+        | ApiKey::ShareFetch
+        | ApiKey::ShareAcknowledge
+        | ApiKey::DescribeShareGroupOffsets
+        | ApiKey::AlterShareGroupOffsets
+        | ApiKey::DeleteShareGroupOffsets => share_version >= SHARE_GROUPS,
+        _ => true,
+    }
+}
+
 fn api_keys(config: &BrokerConfig) -> Vec<ApiVersion> {
     SUPPORTED
         .iter()
+        .filter(|&&(key, _, _)| served_at_share_level(key, config.share_version))
         .map(|&(key, min, max)| {
             ApiVersion::default().with_api_key(key as i16).with_min_version(min).with_max_version(advertised_max(
                 key,
@@ -52,19 +76,35 @@ pub async fn handle<E: Env>(
     _request: ApiVersionsRequest,
 ) -> ApiVersionsResponse {
     let config = &ctx.broker.config;
-    let supported =
-        SupportedFeatureKey::default().with_name(text(TRANSACTION_VERSION)).with_min_version(0).with_max_version(TV2);
-    let finalized = FinalizedFeatureKey::default()
-        .with_name(text(TRANSACTION_VERSION))
-        .with_min_version_level(config.transaction_version)
-        .with_max_version_level(config.transaction_version);
+    let supported = vec![
+        SupportedFeatureKey::default()
+            .with_name(text(SHARE_VERSION))
+            .with_min_version(0)
+            .with_max_version(SHARE_TRANSACTIONAL_ACKS),
+        SupportedFeatureKey::default().with_name(text(TRANSACTION_VERSION)).with_min_version(0).with_max_version(TV2),
+    ];
+    let finalized_at = |name: &str, level: i16| {
+        (level > 0).then(|| {
+            FinalizedFeatureKey::default()
+                .with_name(text(name))
+                .with_min_version_level(level)
+                .with_max_version_level(level)
+        })
+    };
+    let finalized: Vec<FinalizedFeatureKey> = [
+        finalized_at(SHARE_VERSION, config.share_version),
+        finalized_at(TRANSACTION_VERSION, config.transaction_version),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     ApiVersionsResponse::default()
         .with_api_keys(api_keys(config))
         // Clients before v4 may fail on a supported feature whose lowest version is 0, as
         // `transaction.version`'s is: Apache leaves it out for them (the finalized level stays).
-        .with_supported_features(if header.request_api_version >= 4 { vec![supported] } else { Vec::new() })
+        .with_supported_features(if header.request_api_version >= 4 { supported } else { Vec::new() })
         .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
-        .with_finalized_features(if config.transaction_version > 0 { vec![finalized] } else { Vec::new() })
+        .with_finalized_features(finalized)
 }
 
 pub fn unsupported_version(header: &RequestHeader, config: &BrokerConfig) -> Response {

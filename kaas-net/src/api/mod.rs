@@ -26,6 +26,7 @@ mod produce;
 mod producers;
 mod reassignments;
 pub mod reference;
+mod share_fetch;
 mod share_groups;
 mod transactions;
 
@@ -88,6 +89,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::ShareGroupHeartbeat, 1, 1),
     (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 2),
+    (ApiKey::ShareAcknowledge, 1, 2),
+    (ApiKey::TxnShareAcknowledge, 0, 0),
 ];
 
 /// What a client may do to a topic, as a broker without an authorizer answers it: every
@@ -169,6 +173,9 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::ConsumerGroupDescribe => now!(consumer_groups::describe),
         ApiKey::ShareGroupHeartbeat => now!(share_groups::heartbeat),
         ApiKey::ShareGroupDescribe => now!(share_groups::describe),
+        ApiKey::ShareFetch => Ok(share_fetch::fetch(ctx, &header, decode(&mut body, version)?)),
+        ApiKey::ShareAcknowledge => Ok(share_fetch::acknowledge(ctx, &header, decode(&mut body, version)?)),
+        ApiKey::TxnShareAcknowledge => now!(share_fetch::txn_acknowledge),
         ApiKey::DeleteGroups => now!(groups::delete),
         ApiKey::OffsetDelete => now!(groups::delete_offsets),
         ApiKey::OffsetCommit => now!(offsets::commit),
