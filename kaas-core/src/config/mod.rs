@@ -430,7 +430,7 @@ mod tests {
                 "true" => "false".to_string(),
                 "false" => "true".to_string(),
                 // A feature level: 0 to 2.
-                _ if s.name == "transaction.version" => "1".to_string(),
+                _ if s.name == "transaction.version" || s.name == "share.version" => "1".to_string(),
                 // One of its names.
                 _ if s.name == "group.consumer.migration.policy" => "downgrade".to_string(),
                 v if v.parse::<i64>().is_ok() => "7".to_string(),
