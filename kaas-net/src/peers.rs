@@ -43,6 +43,7 @@ const RESPONSE_BYTES_MAX: usize = 16 << 20;
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 const ADD_PARTITIONS_TO_TXN_VERSION: i16 = 4;
 const SHARE_GROUP_DESCRIBE_VERSION: i16 = 1;
+const ALTER_SHARE_GROUP_OFFSETS_VERSION: i16 = 0;
 
 /// One call as a link sends it: the encoded request and what to do with the answer's body
 /// (`None`: no answer came).
@@ -88,6 +89,9 @@ fn job_of(call: PeerCall) -> (Endpoint, Job) {
         }
         PeerCall::CheckShareMember { to, group_id, member_id, member_epoch, reply } => {
             (to, check_share_member(group_id, member_id, member_epoch, reply))
+        }
+        PeerCall::ResetShare { to, group_id, topic, partition, start_offset, reply } => {
+            (to, reset_share(group_id, topic, partition, start_offset, reply))
         }
     }
 }
@@ -229,6 +233,47 @@ fn check_share_member(
                     Some(m) if m.member_epoch > member_epoch => Err(CoreError::StaleMemberEpoch),
                     Some(_) => Err(CoreError::FencedMemberEpoch),
                 },
+            };
+            let _ = reply.send(result);
+        }),
+    }
+}
+
+/// A share partition's reset as AlterShareGroupOffsets (v0) of that one partition to its owner,
+/// which, not coordinating the group, applies it to what it owns. A start offset of -1 (no
+/// client's: Apache refuses it) forgets the share partition (DeleteShareGroupOffsets).
+fn reset_share(
+    group_id: String,
+    topic_name: String,
+    partition: i32,
+    start_offset: Option<i64>,
+    reply: oneshot::Sender<CoreResult<()>>,
+) -> Job {
+    use alter_share_group_offsets_request::{
+        AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
+    };
+    let partitions = vec![
+        AlterShareGroupOffsetsRequestPartition::default()
+            .with_partition_index(partition)
+            .with_start_offset(start_offset.unwrap_or(crate::api::FORGET_SHARE_PARTITION)),
+    ];
+    let request = AlterShareGroupOffsetsRequest::default().with_group_id(GroupId(text(&group_id))).with_topics(vec![
+        AlterShareGroupOffsetsRequestTopic::default().with_topic_name(topic(&topic_name)).with_partitions(partitions),
+    ]);
+    Job {
+        key: ApiKey::AlterShareGroupOffsets,
+        version: ALTER_SHARE_GROUP_OFFSETS_VERSION,
+        encode: encoder(request, ALTER_SHARE_GROUP_OFFSETS_VERSION),
+        answer: Box::new(move |body| {
+            let response: Option<AlterShareGroupOffsetsResponse> =
+                body.and_then(|b| decode(b, ALTER_SHARE_GROUP_OFFSETS_VERSION));
+            let result = match response {
+                None => Err(CoreError::CoordinatorNotAvailable),
+                Some(r) if r.error_code != 0 => error::from_code(r.error_code),
+                Some(r) => {
+                    let code = r.responses.iter().flat_map(|t| &t.partitions).map(|p| p.error_code).next();
+                    code.map_or(Err(CoreError::CoordinatorNotAvailable), error::from_code)
+                }
             };
             let _ = reply.send(result);
         }),

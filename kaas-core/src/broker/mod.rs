@@ -20,6 +20,7 @@ use crate::txn::markers;
 use crate::txn::peers::Markers;
 
 mod share;
+mod share_admin;
 mod writes;
 pub use share::{
     FINAL_EPOCH, ShareFetchAnswer, ShareFetchRequest, SharePartitionAnswer, SharePlan, ShareRequestPartition,

@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use tokio::time::Duration;
 
 use super::Broker;
+use crate::config::group;
 use crate::env::{Clock, Env};
 use crate::error::{CoreError, CoreResult};
 use crate::participant::{Join, Participant, TxnWriter};
@@ -118,18 +119,35 @@ pub struct TxnShareAcknowledge {
 pub type TxnShareAnswer = CoreResult<Vec<(TopicId, i32, CoreResult<()>)>>;
 
 impl<E: Env> Broker<E> {
-    /// A share group's settings for its share partitions: the broker's defaults (group configs
-    /// of the GROUP resource come over them when set).
-    pub fn share_group_config(&self, _group_id: &str) -> ShareGroupConfig {
-        let c = &self.config;
+    /// A share group's settings for its share partitions: its group configs (the GROUP
+    /// resource) over the broker's defaults.
+    pub fn share_group_config(&self, group_id: &str) -> ShareGroupConfig {
+        let snapshot = self.topics.snapshot();
+        let c = &snapshot.effective;
+        let own = snapshot.group_configs.get(group_id);
+        let value = |name: &str| own.and_then(|g| g.get(name)).map(String::as_str);
+        let int = |name: &str, default: i32| {
+            value(name).and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(i64::from(default))
+        };
         ShareGroupConfig {
             window: crate::partition::share::state::ShareSettings {
-                lock_duration_ms: i64::from(c.group_share_record_lock_duration_ms),
-                delivery_count_limit: u16::try_from(c.group_share_delivery_count_limit).unwrap_or(u16::MAX).max(1),
-                max_in_flight: i64::from(c.group_share_partition_max_record_locks).max(1),
+                lock_duration_ms: int(group::SHARE_RECORD_LOCK_DURATION_MS, c.group_share_record_lock_duration_ms)
+                    .max(1),
+                delivery_count_limit: u16::try_from(int(
+                    group::SHARE_DELIVERY_COUNT_LIMIT,
+                    c.group_share_delivery_count_limit,
+                ))
+                .unwrap_or(u16::MAX)
+                .max(1),
+                max_in_flight: int(group::SHARE_PARTITION_MAX_RECORD_LOCKS, c.group_share_partition_max_record_locks)
+                    .max(1),
             },
-            read_committed: false,
-            auto_offset_reset: AutoOffsetReset::Latest,
+            read_committed: value(group::SHARE_ISOLATION_LEVEL)
+                .is_some_and(|v| v.eq_ignore_ascii_case("read_committed")),
+            auto_offset_reset: match value(group::SHARE_AUTO_OFFSET_RESET) {
+                Some(v) if v.eq_ignore_ascii_case("earliest") => AutoOffsetReset::Earliest,
+                _ => AutoOffsetReset::Latest,
+            },
         }
     }
 

@@ -2,6 +2,7 @@
 //! set from `--set name=value` and properties files, and the per-topic overrides layered on it.
 //! Which names exist, and what each means, is the table in `settings`.
 
+pub mod group;
 pub mod settings;
 
 use std::collections::BTreeMap;

@@ -55,6 +55,7 @@ impl<E: Env> TopicManager<E> {
     pub(super) async fn load(&mut self) -> CoreResult<()> {
         let volume = self.env.volume().clone();
         self.load_broker_configs().await?;
+        self.load_group_configs().await?;
         volume.create_dir_all(TOPICS_DIR).await.map_err(storage)?;
         // As a rescan does before serving a peer's new topic (`durable_topics_dir`).
         volume.sync_dir(TOPICS_DIR).await.map_err(storage)?;
@@ -85,6 +86,7 @@ impl<E: Env> TopicManager<E> {
     pub(super) async fn rescan(&mut self) {
         self.rescans.fetch_add(1, Ordering::AcqRel);
         let mut changed = self.rescan_broker_configs().await;
+        changed |= self.rescan_group_configs().await;
         let listed = match self.env.volume().list(TOPICS_DIR).await {
             Ok(names) => names,
             Err(e) => {

@@ -27,11 +27,13 @@ use crate::partition::PartitionHandle;
 
 mod broker_configs;
 mod files;
+mod group_configs;
 mod reassign;
 mod supervision;
 
 pub use broker_configs::BROKER_CONFIGS_FILE;
 pub use files::{TOPICS_DIR, read_meta, validate_topic_name};
+pub use group_configs::{GROUP_CONFIGS_FILE, GroupConfigs};
 
 /// How often a client's request can make this broker look for one unknown topic's file.
 const REFRESH_MS: u64 = 200;
@@ -80,6 +82,8 @@ pub struct MetadataSnapshot {
     pub names_by_id: BTreeMap<TopicId, String>,
     /// Dynamic broker overrides, by Kafka name.
     pub broker_overrides: BTreeMap<String, String>,
+    /// Each group's configs (the GROUP resource), over the broker's defaults.
+    pub group_configs: Arc<GroupConfigs>,
     /// The broker configuration in force: static settings with the dynamic overrides applied.
     pub effective: Arc<BrokerConfig>,
 }
@@ -133,6 +137,12 @@ enum Command {
         reply: oneshot::Sender<CoreResult<()>>,
     },
     AlterBrokerConfigs {
+        ops: Vec<ConfigOp>,
+        validate_only: bool,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
+    AlterGroupConfigs {
+        group_id: String,
         ops: Vec<ConfigOp>,
         validate_only: bool,
         reply: oneshot::Sender<CoreResult<()>>,
@@ -200,6 +210,19 @@ impl TopicsHandle {
     /// Changes dynamic broker settings; every partition picks up the new defaults.
     pub async fn alter_broker_configs(&self, ops: Vec<ConfigOp>, validate_only: bool) -> CoreResult<()> {
         self.ask(|reply| Command::AlterBrokerConfigs { ops, validate_only, reply })
+            .await
+            .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    /// Changes a group's configs (the GROUP resource); every broker takes them on within a
+    /// heartbeat.
+    pub async fn alter_group_configs(
+        &self,
+        group_id: String,
+        ops: Vec<ConfigOp>,
+        validate_only: bool,
+    ) -> CoreResult<()> {
+        self.ask(|reply| Command::AlterGroupConfigs { group_id, ops, validate_only, reply })
             .await
             .unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
@@ -298,6 +321,7 @@ pub(super) struct TopicManager<E: Env> {
     /// Dynamic overrides, and the configuration with them applied.
     broker_overrides: BTreeMap<String, String>,
     effective: Arc<BrokerConfig>,
+    group_configs: Arc<GroupConfigs>,
     topics: BTreeMap<String, Arc<TopicState>>,
     snapshot: watch::Sender<Arc<MetadataSnapshot>>,
     data_version: watch::Sender<u64>,
@@ -324,6 +348,7 @@ pub async fn start<E: Env>(
         topics: BTreeMap::new(),
         names_by_id: BTreeMap::new(),
         broker_overrides: BTreeMap::new(),
+        group_configs: Arc::new(GroupConfigs::new()),
         effective: config.clone(),
     };
     let (snapshot, snapshot_rx) = watch::channel(Arc::new(empty));
@@ -333,6 +358,7 @@ pub async fn start<E: Env>(
         effective: config.clone(),
         config,
         broker_overrides: BTreeMap::new(),
+        group_configs: Arc::new(GroupConfigs::new()),
         topics: BTreeMap::new(),
         snapshot,
         data_version,
@@ -375,6 +401,7 @@ impl<E: Env> TopicManager<E> {
             topics: self.topics.clone(),
             names_by_id,
             broker_overrides: self.broker_overrides.clone(),
+            group_configs: self.group_configs.clone(),
             effective: self.effective.clone(),
         }));
     }
@@ -477,6 +504,9 @@ impl<E: Env> TopicManager<E> {
                 }
                 Some(Command::AlterBrokerConfigs { ops, validate_only, reply }) => {
                     let _ = reply.send(self.alter_broker_configs(ops, validate_only).await);
+                }
+                Some(Command::AlterGroupConfigs { group_id, ops, validate_only, reply }) => {
+                    let _ = reply.send(self.alter_group_configs(&group_id, ops, validate_only).await);
                 }
                 Some(Command::Reassign { name, changes, allow_replication_factor_change, deadline, reply }) => {
                     let reassigned = self.reassign(&name, changes, allow_replication_factor_change, deadline);

@@ -64,6 +64,16 @@ pub enum PeerCall {
         member_epoch: i32,
         reply: oneshot::Sender<CoreResult<()>>,
     },
+    /// Answered Ok once the peer reset one of the share partitions it owns: to a new start
+    /// offset, or (`start_offset` None) forgotten (AlterShareGroupOffsets, DeleteShareGroupOffsets).
+    ResetShare {
+        to: Endpoint,
+        group_id: String,
+        topic: String,
+        partition: i32,
+        start_offset: Option<i64>,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
     /// Answered Ok if `member` is in the producer's open transaction (or, `Join::Add`, added).
     Verify {
         to: Endpoint,
@@ -132,6 +142,21 @@ impl PeersHandle {
 }
 
 impl PeersHandle {
+    /// Asks the owner of a share partition to reset it (AlterShareGroupOffsets,
+    /// DeleteShareGroupOffsets).
+    pub async fn reset_share_partition(
+        &self,
+        to: Endpoint,
+        group_id: &str,
+        topic: &str,
+        partition: i32,
+        start_offset: Option<i64>,
+    ) -> CoreResult<()> {
+        let (group_id, topic) = (group_id.to_string(), topic.to_string());
+        let call = |reply| PeerCall::ResetShare { to, group_id, topic, partition, start_offset, reply };
+        self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
     /// Whether `member_id` is a member of the share group at `member_epoch`, by its
     /// coordinator on a peer.
     pub async fn check_share_member(

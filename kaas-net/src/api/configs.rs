@@ -26,10 +26,12 @@ use crate::error;
 
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
+const GROUP: i8 = 32;
 
 // Kafka's ConfigSource values.
 const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const DYNAMIC_BROKER_CONFIG: i8 = 2;
+const GROUP_CONFIG: i8 = 8;
 const STATIC_BROKER_CONFIG: i8 = 4;
 const DEFAULT_CONFIG: i8 = 5;
 
@@ -160,6 +162,22 @@ fn broker_configs(snapshot: &MetadataSnapshot, statics: &BrokerConfig) -> Descri
     out
 }
 
+/// A group's configs: every group config with the value in force, the group's own or the
+/// broker's default (Apache lists them the same way).
+fn group_configs(snapshot: &MetadataSnapshot, group_id: &str) -> DescribedConfigs {
+    let own = snapshot.group_configs.get(group_id);
+    let mut out = DescribedConfigs::new();
+    for g in kaas_core::config::group::GROUP_CONFIGS {
+        let (value, source) = match own.and_then(|c| c.get(g.name)) {
+            Some(v) => (v.clone(), GROUP_CONFIG),
+            None => ((g.default)(&snapshot.effective), DEFAULT_CONFIG),
+        };
+        let synonyms = vec![(g.name.to_string(), value.clone(), source)];
+        out.insert(g.name.to_string(), Described { value, source, read_only: false, synonyms, doc: Some(g.doc) });
+    }
+    out
+}
+
 /// Broker resources are named by broker id, or "" for the cluster-wide default.
 fn check_broker_name<E: Env>(ctx: &Context<E>, name: &str) -> CoreResult<()> {
     if name.is_empty() || name == ctx.broker.config.broker_id.to_string() {
@@ -178,6 +196,7 @@ fn describe_one<E: Env>(
     match r.resource_type {
         TOPIC => topic_configs(snapshot, statics, r.resource_name.as_str()),
         BROKER => check_broker_name(ctx, r.resource_name.as_str()).map(|_| broker_configs(snapshot, statics)),
+        GROUP => Ok(group_configs(snapshot, r.resource_name.as_str())),
         _ => Err(CoreError::InvalidRequest("unsupported resource type".into())),
     }
 }
@@ -230,6 +249,7 @@ async fn alter<E: Env>(
             Ok(()) => topics.alter_broker_configs(ops, validate_only).await,
             Err(e) => Err(e),
         },
+        (GROUP, Ok(ops)) => topics.alter_group_configs(name.to_string(), ops, validate_only).await,
         _ => Err(CoreError::InvalidRequest("unsupported resource type".into())),
     };
     match outcome {

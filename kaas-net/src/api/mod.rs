@@ -92,7 +92,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareFetch, 1, 2),
     (ApiKey::ShareAcknowledge, 1, 2),
     (ApiKey::TxnShareAcknowledge, 0, 0),
+    (ApiKey::DescribeShareGroupOffsets, 0, 1),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
 ];
+
+/// The start offset by which a peer's AlterShareGroupOffsets asks the owner of a share
+/// partition to forget it (`kaas_net::peers`); Apache refuses any negative start offset.
+pub const FORGET_SHARE_PARTITION: i64 = -1;
 
 /// What a client may do to a topic, as a broker without an authorizer answers it: every
 /// operation a topic supports (Apache's `AclEntry.supportedOperations(TOPIC)`: READ, WRITE,
@@ -176,6 +183,9 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::ShareFetch => Ok(share_fetch::fetch(ctx, &header, decode(&mut body, version)?)),
         ApiKey::ShareAcknowledge => Ok(share_fetch::acknowledge(ctx, &header, decode(&mut body, version)?)),
         ApiKey::TxnShareAcknowledge => now!(share_fetch::txn_acknowledge),
+        ApiKey::DescribeShareGroupOffsets => now!(share_groups::describe_offsets),
+        ApiKey::AlterShareGroupOffsets => now!(share_groups::alter_offsets),
+        ApiKey::DeleteShareGroupOffsets => now!(share_groups::delete_offsets),
         ApiKey::DeleteGroups => now!(groups::delete),
         ApiKey::OffsetDelete => now!(groups::delete_offsets),
         ApiKey::OffsetCommit => now!(offsets::commit),

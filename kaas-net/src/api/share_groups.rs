@@ -160,3 +160,161 @@ pub async fn describe<E: Env>(
     }
     ShareGroupDescribeResponse::default().with_groups(groups)
 }
+
+/// A partition's answer as Apache's share offsets answers carry it: the error code and, if the
+/// error has one, its message.
+fn error_of(result: &kaas_core::CoreResult<()>) -> (i16, Option<kafka_protocol::protocol::StrBytes>) {
+    (error::code_of(result), result.as_ref().err().and_then(error::message).map(|m| text(&m)))
+}
+
+pub async fn describe_offsets<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: DescribeShareGroupOffsetsRequest,
+) -> DescribeShareGroupOffsetsResponse {
+    use describe_share_group_offsets_response::{
+        DescribeShareGroupOffsetsResponseGroup as Group, DescribeShareGroupOffsetsResponsePartition as Partition,
+        DescribeShareGroupOffsetsResponseTopic as Topic,
+    };
+    let mut groups = Vec::new();
+    for g in &request.groups {
+        let topics =
+            g.topics.as_ref().map(|ts| ts.iter().map(|t| (t.topic_name.0.to_string(), t.partitions.clone())).collect());
+        let group = Group::default().with_group_id(g.group_id.clone());
+        let described = match ctx.broker.describe_share_offsets(&g.group_id.0, topics).await {
+            Ok(described) => described,
+            Err(e) => {
+                let (code, message) = error_of(&Err(e));
+                groups.push(group.with_error_code(code).with_error_message(message));
+                continue;
+            }
+        };
+        let topics = described
+            .into_iter()
+            .map(|(name, id, partitions)| {
+                let partitions = partitions
+                    .into_iter()
+                    .map(|(p, offsets)| {
+                        let base = Partition::default().with_partition_index(p).with_leader_epoch(-1);
+                        match offsets {
+                            Ok(Some(o)) => base.with_start_offset(o.start_offset).with_lag(o.lag),
+                            // Never consumed by the group: no start offset, as Apache answers.
+                            Ok(None) => base.with_start_offset(-1).with_lag(-1),
+                            Err(e) => {
+                                let (code, message) = error_of(&Err(e));
+                                base.with_start_offset(-1)
+                                    .with_lag(-1)
+                                    .with_error_code(code)
+                                    .with_error_message(message)
+                            }
+                        }
+                    })
+                    .collect();
+                Topic::default()
+                    .with_topic_name(TopicName(text(&name)))
+                    .with_topic_id(uuid(id))
+                    .with_partitions(partitions)
+            })
+            .collect();
+        groups.push(group.with_topics(topics));
+    }
+    DescribeShareGroupOffsetsResponse::default().with_groups(groups)
+}
+
+pub async fn alter_offsets<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: AlterShareGroupOffsetsRequest,
+) -> AlterShareGroupOffsetsResponse {
+    use alter_share_group_offsets_response::{
+        AlterShareGroupOffsetsResponsePartition as Partition, AlterShareGroupOffsetsResponseTopic as Topic,
+    };
+    let mut partitions = Vec::new();
+    for t in &request.topics {
+        for p in &t.partitions {
+            // -1 forgets the share partition: a peer's DeleteShareGroupOffsets (`kaas_net::peers`).
+            let start = (p.start_offset != super::FORGET_SHARE_PARTITION).then_some(p.start_offset);
+            partitions.push((t.topic_name.0.to_string(), p.partition_index, start));
+        }
+    }
+    let invalid = partitions.iter().any(|(_, _, s)| s.is_some_and(|s| s < 0));
+    let results = match invalid {
+        true => Err(kaas_core::CoreError::InvalidRequest("a start offset is never negative".into())),
+        false => ctx.broker.reset_share_offsets(&request.group_id.0, partitions).await,
+    };
+    let results = match results {
+        Ok(results) => results,
+        Err(e) => {
+            let (code, message) = error_of(&Err(e));
+            return AlterShareGroupOffsetsResponse::default().with_error_code(code).with_error_message(message);
+        }
+    };
+    let snapshot = ctx.broker.topics.snapshot();
+    let mut topics: Vec<Topic> = Vec::new();
+    for (name, p, result) in results {
+        let (code, message) = error_of(&result);
+        let partition = Partition::default().with_partition_index(p).with_error_code(code).with_error_message(message);
+        match topics.iter_mut().find(|t| t.topic_name.0.as_str() == name) {
+            Some(t) => t.partitions.push(partition),
+            None => {
+                let id = snapshot.topics.get(&name).map_or([0; 16], |s| s.meta.topic_id);
+                topics.push(
+                    Topic::default()
+                        .with_topic_name(TopicName(text(&name)))
+                        .with_topic_id(uuid(id))
+                        .with_partitions(vec![partition]),
+                );
+            }
+        }
+    }
+    AlterShareGroupOffsetsResponse::default().with_responses(topics)
+}
+
+pub async fn delete_offsets<E: Env>(
+    ctx: &Context<E>,
+    _header: &RequestHeader,
+    request: DeleteShareGroupOffsetsRequest,
+) -> DeleteShareGroupOffsetsResponse {
+    use delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic as Topic;
+    let snapshot = ctx.broker.topics.snapshot();
+    let mut partitions = Vec::new();
+    let mut unknown = Vec::new();
+    for t in &request.topics {
+        let name = t.topic_name.0.to_string();
+        match snapshot.topics.get(&name) {
+            Some(state) => partitions.extend((0..state.meta.partitions).map(|p| (name.clone(), p, None))),
+            None => unknown.push(name),
+        }
+    }
+    let results = match ctx.broker.reset_share_offsets(&request.group_id.0, partitions).await {
+        Ok(results) => results,
+        Err(e) => {
+            let (code, message) = error_of(&Err(e));
+            return DeleteShareGroupOffsetsResponse::default().with_error_code(code).with_error_message(message);
+        }
+    };
+    let mut topics: Vec<Topic> = Vec::new();
+    for t in &request.topics {
+        let name = t.topic_name.0.to_string();
+        let result = match unknown.contains(&name) {
+            true => Err(kaas_core::CoreError::UnknownTopicOrPartition),
+            // The topic's result: its first partition's error, if any failed.
+            false => results
+                .iter()
+                .filter(|(n, _, _)| *n == name)
+                .map(|(_, _, r)| r.clone())
+                .find(Result::is_err)
+                .unwrap_or(Ok(())),
+        };
+        let (code, message) = error_of(&result);
+        let id = snapshot.topics.get(&name).map_or([0; 16], |s| s.meta.topic_id);
+        topics.push(
+            Topic::default()
+                .with_topic_name(TopicName(text(&name)))
+                .with_topic_id(uuid(id))
+                .with_error_code(code)
+                .with_error_message(message),
+        );
+    }
+    DeleteShareGroupOffsetsResponse::default().with_responses(topics)
+}

@@ -184,6 +184,25 @@ pub async fn read_newest<V: Volume>(
     Ok(None)
 }
 
+/// The newest window a listing of the partition's directory finds, for a broker that does not
+/// own the partition (DescribeShareGroupOffsets): a listing may be a moment stale.
+pub async fn read_listed<V: Volume>(
+    volume: &V,
+    dir: &str,
+    group_id: &str,
+    settings: ShareSettings,
+) -> io::Result<Option<(u32, ShareWindow)>> {
+    let listed = match volume.list(&join(dir, SHARE_DIR)).await {
+        Ok(names) => names.iter().filter_map(|n| epoch_of(group_id, n)).max(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    match listed {
+        None => Ok(None),
+        Some(epoch) => read_newest(volume, dir, group_id, epoch, settings).await,
+    }
+}
+
 /// Removes the group's files of epochs below `epoch` (best effort: one left behind is never read
 /// while a newer one exists).
 pub async fn remove_older<V: Volume>(volume: &V, dir: &str, group_id: &str, epoch: u32) {
