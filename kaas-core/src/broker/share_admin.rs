@@ -101,10 +101,8 @@ impl<E: Env> Broker<E> {
         partitions: Vec<(String, i32, Option<i64>)>,
     ) -> CoreResult<Vec<(String, i32, CoreResult<()>)>> {
         let coordinated_here = self.membership.view().peer_owning(&crate::cluster::group_key(group_id)).is_none();
-        if coordinated_here {
-            if self.share_group_here(group_id).await? > 0 {
-                return Err(CoreError::NonEmptyGroup);
-            }
+        if coordinated_here && self.share_group_here(group_id).await? > 0 {
+            return Err(CoreError::NonEmptyGroup);
         }
         let snapshot = self.topics.snapshot();
         let view = self.membership.view();
