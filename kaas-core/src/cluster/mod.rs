@@ -14,6 +14,7 @@
 
 pub mod assignments;
 pub mod claims;
+pub mod group_configs;
 pub mod lease;
 pub mod membership;
 pub mod ownership;

@@ -1,46 +1,17 @@
-//! Group configs (IncrementalAlterConfigs on the GROUP resource): one file for the whole
-//! cluster, `__cluster/group-configs.json`, read again on every heartbeat like the broker
-//! configs, and published with the topics for whoever serves a group's members or its share
-//! partitions.
+//! Group configs (IncrementalAlterConfigs on the GROUP resource), the topic manager's side: it
+//! writes the cluster's file (`cluster::group_configs`), reads it again on every heartbeat like
+//! the broker configs, and publishes it with the topics for whoever serves a group's members
+//! or its share partitions.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 use super::{ConfigOp, TopicManager, storage};
+use crate::cluster::group_configs::{FORMAT_VERSION, GROUP_CONFIGS_FILE, GROUPS_MAX, GroupConfigsFile, read};
 use crate::config::group;
 use crate::env::{Env, Volume};
 use crate::error::{CoreError, CoreResult};
-
-pub const GROUP_CONFIGS_FILE: &str = "__cluster/group-configs.json";
-const FORMAT_VERSION: u32 = 1;
-/// Groups with configs of their own, at most: a bound on the file and on memory.
-const GROUPS_MAX: usize = 100_000;
-
-/// Each group's configs, by group id.
-pub type GroupConfigs = BTreeMap<String, BTreeMap<String, String>>;
-
-#[derive(Serialize, Deserialize)]
-struct GroupConfigsFile {
-    format_version: u32,
-    groups: GroupConfigs,
-}
-
-/// The group configs the volume holds now; an unreadable file is an error, never guessed at.
-async fn read<V: Volume>(volume: &V) -> CoreResult<GroupConfigs> {
-    let Some(raw) = volume.read(GROUP_CONFIGS_FILE).await.map_err(storage)? else { return Ok(GroupConfigs::new()) };
-    let file: GroupConfigsFile = serde_json::from_slice(&raw)
-        .map_err(|e| CoreError::Storage(format!("{GROUP_CONFIGS_FILE}: unreadable: {e}")))?;
-    if file.format_version != FORMAT_VERSION {
-        return Err(CoreError::Storage(format!(
-            "{GROUP_CONFIGS_FILE}: unknown format version {}",
-            file.format_version
-        )));
-    }
-    Ok(file.groups)
-}
 
 impl<E: Env> TopicManager<E> {
     /// At start: a file that cannot be read stops the start.

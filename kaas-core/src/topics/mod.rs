@@ -31,9 +31,9 @@ mod group_configs;
 mod reassign;
 mod supervision;
 
+pub use crate::cluster::group_configs::{GROUP_CONFIGS_FILE, GroupConfigs};
 pub use broker_configs::BROKER_CONFIGS_FILE;
 pub use files::{TOPICS_DIR, read_meta, validate_topic_name};
-pub use group_configs::{GROUP_CONFIGS_FILE, GroupConfigs};
 
 /// How often a client's request can make this broker look for one unknown topic's file.
 const REFRESH_MS: u64 = 200;

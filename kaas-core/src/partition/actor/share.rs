@@ -170,7 +170,9 @@ impl<E: Env> PartitionActor<E> {
             return Ok(());
         }
         let Some(owned) = self.owned else { return Err(CoreError::NotLeaderOrFollower) };
-        let Some(log) = self.log.as_ref() else { return Err(CoreError::Storage("partition log unavailable".into())) };
+        if self.log.is_none() {
+            return Err(CoreError::Storage("partition log unavailable".into()));
+        }
         if self.shares.len() >= SHARE_GROUPS_MAX {
             return Err(CoreError::Storage(format!(
                 "{} share groups already consume this partition",
@@ -183,7 +185,20 @@ impl<E: Env> PartitionActor<E> {
             Ok(Some((found, window))) => (window, found != epoch),
             Ok(None) if !create => return Ok(()),
             Ok(None) => {
-                let start = match config.auto_offset_reset {
+                // Read afresh: a group config set a moment ago on a peer may not have reached
+                // this broker's snapshot yet, and the start is decided only once.
+                let reset = match crate::cluster::group_configs::read(self.env.volume()).await {
+                    Ok(groups) => {
+                        match groups.get(group_id).and_then(|g| g.get(crate::config::group::SHARE_AUTO_OFFSET_RESET)) {
+                            Some(v) if v.eq_ignore_ascii_case("earliest") => AutoOffsetReset::Earliest,
+                            Some(_) => AutoOffsetReset::Latest,
+                            None => config.auto_offset_reset,
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
+                let log = self.log.as_ref().expect("checked above");
+                let start = match reset {
                     AutoOffsetReset::Latest => log.high_watermark(),
                     AutoOffsetReset::Earliest => log.log_start_offset(),
                 };
