@@ -12,7 +12,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::client::Outcome;
 use crate::scenarios::Digest;
 
 #[derive(Default)]
@@ -80,11 +79,4 @@ impl History {
     }
 }
 
-pub fn outcome_name<T>(outcome: &Outcome<T>) -> String {
-    match outcome {
-        Outcome::Ok(_) => "ok".into(),
-        Outcome::Failed(crate::client::NOT_SENT) => "unsent".into(),
-        Outcome::Failed(code) => format!("failed:{code}"),
-        Outcome::Indefinite => "indefinite".into(),
-    }
-}
+pub use kaas_client::outcome_name;

@@ -10,12 +10,12 @@ use kaas_core::BrokerConfig;
 use kaas_core::env::Clock;
 use kaas_sim::client::{Outcome, WireClient};
 use kaas_sim::env::{ClockModel, SimClock};
-use kaas_sim::hosts::{self, BROKER_PORT, BrokerSpec};
+use kaas_sim::hosts::{self, BrokerSpec};
 use kaas_sim::volume::SimVolume;
 
 async fn connect() -> WireClient {
     loop {
-        if let Ok(c) = WireClient::connect("broker", BROKER_PORT).await {
+        if let Ok(c) = kaas_sim::client::connect("broker").await {
             return c;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kaas_core::BrokerConfig;
 use kaas_sim::client::{Member, Outcome, ProducerStamp, WireClient};
-use kaas_sim::hosts::{self, BROKER_PORT};
+use kaas_sim::hosts;
 use kaas_sim::volume::SimVolume;
 
 const INVALID_PRODUCER_EPOCH: i16 = 47;
@@ -22,7 +22,7 @@ const PRODUCER_FENCED: i16 = 90;
 
 async fn connect() -> WireClient {
     loop {
-        if let Ok(c) = WireClient::connect("broker", BROKER_PORT).await {
+        if let Ok(c) = kaas_sim::client::connect("broker").await {
             return c;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

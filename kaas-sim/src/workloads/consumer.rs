@@ -233,7 +233,7 @@ pub async fn read_committed_to_end(
                     "partition": partition, "offset": offset, "offsets": offsets,
                     "lso": f.last_stable_offset, "hwm": f.high_watermark,
                 });
-                client.history().record(client.name(), "read-committed", "ok", detail);
+                client.record("read-committed", "ok", detail);
                 offset = f.next_offset;
                 read.values.extend(f.records);
                 (read.last_stable_offset, read.high_watermark) = (f.last_stable_offset, f.high_watermark);

@@ -64,7 +64,7 @@ pub fn shared(bootstrap: Vec<String>, history: &History) -> Shared {
 /// A new client of the world's brokers, named `name` in the history.
 pub fn client(world: &Shared, name: &str) -> Client {
     let w = world.lock().unwrap();
-    Client::new(name, &w.bootstrap, &w.history)
+    crate::client::new(name, &w.bootstrap, &w.history)
 }
 
 /// Creates `topic` (or finds it created), retrying until a broker answers.

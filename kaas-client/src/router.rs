@@ -1,4 +1,4 @@
-//! `Client`: what a simulated workload talks to, a Kafka client over a set of brokers. Like
+//! `Client`: what a workload or application talks to, a Kafka client over a set of brokers. Like
 //! librdkafka or the Java client it learns partition leaders from Metadata and coordinators
 //! from FindCoordinator (asking its bootstrap brokers in order), keeps one connection per
 //! broker, and forgets what it learnt when a broker answers NOT_LEADER_OR_FOLLOWER,
@@ -10,15 +10,15 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{
-    Fetched, Joined, Member, NOT_SENT, Outcome, ProducerStamp, TopicRoutes, UNKNOWN_TOPIC_OR_PARTITION, WireClient,
+use crate::{
+    Connector, Fetched, Joined, Member, NOT_SENT, Outcome, ProducerStamp, Recorder, TopicRoutes,
+    UNKNOWN_TOPIC_OR_PARTITION, WireClient, outcome_name,
 };
-use crate::history::{History, outcome_name};
-use crate::hosts::BROKER_PORT;
 
 /// Codes that say the partition's leader is elsewhere or unknown: look it up again.
 const LEADER_MOVED: [i16; 4] = [
@@ -78,10 +78,17 @@ macro_rules! routed {
 pub struct Client {
     name: String,
     bootstrap: Vec<String>,
-    history: History,
+    connector: Arc<dyn Connector>,
+    recorder: Arc<dyn Recorder>,
     connections: BTreeMap<String, WireClient>,
     leaders: BTreeMap<(String, i32), String>,
     coordinators: BTreeMap<(i8, String), String>,
+    /// Topic ids learnt from Metadata, both ways.
+    topic_ids: BTreeMap<String, [u8; 16]>,
+    topic_names: BTreeMap<[u8; 16], String>,
+    /// How many connections this client opened to each broker: a share session lives on one
+    /// connection, so a caller that sees this change starts its session again.
+    serials: BTreeMap<String, u64>,
     /// The broker whose connection carries the pipelined produce requests in flight.
     pipeline: Option<String>,
     /// Brokers a connection attempt failed to, with when to try again and the backoff after
@@ -94,16 +101,26 @@ const RECONNECT_BACKOFF: Duration = Duration::from_millis(50);
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_millis(1000);
 
 impl Client {
-    /// A client named `name` (its name in the history) with `bootstrap` broker hosts.
-    pub fn new(name: impl Into<String>, bootstrap: &[String], history: &History) -> Client {
+    /// A client named `name` (its client.id, and its name in the records) with `bootstrap`
+    /// broker addresses.
+    pub fn new(
+        name: impl Into<String>,
+        bootstrap: &[String],
+        connector: Arc<dyn Connector>,
+        recorder: Arc<dyn Recorder>,
+    ) -> Client {
         assert!(!bootstrap.is_empty(), "a client needs a bootstrap broker");
         Client {
             name: name.into(),
             bootstrap: bootstrap.to_vec(),
-            history: history.clone(),
+            connector,
+            recorder,
             connections: BTreeMap::new(),
             leaders: BTreeMap::new(),
             coordinators: BTreeMap::new(),
+            topic_ids: BTreeMap::new(),
+            topic_names: BTreeMap::new(),
+            serials: BTreeMap::new(),
             pipeline: None,
             reconnect: BTreeMap::new(),
         }
@@ -113,8 +130,13 @@ impl Client {
         &self.name
     }
 
-    pub fn history(&self) -> &History {
-        &self.history
+    pub fn recorder(&self) -> &dyn Recorder {
+        &*self.recorder
+    }
+
+    /// Records what the caller meant or saw, under this client's name.
+    pub fn record(&self, op: &str, outcome: &str, detail: serde_json::Value) {
+        self.recorder.record(&self.name, op, outcome, detail);
     }
 
     /// The connection to `host`, opened if there is none (or the last one broke).
@@ -127,11 +149,12 @@ impl Client {
             if self.reconnect.get(host).is_some_and(|(at, _)| now < *at) {
                 return None;
             }
-            let connecting = WireClient::connect(host, BROKER_PORT);
+            let connecting = self.connector.connect(host);
             match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
-                Ok(Ok(connected)) => {
+                Ok(Ok(stream)) => {
                     self.reconnect.remove(host);
-                    self.connections.insert(host.to_string(), connected);
+                    self.connections.insert(host.to_string(), WireClient::new(stream, &self.name));
+                    *self.serials.entry(host.to_string()).or_default() += 1;
                 }
                 _ => {
                     let backoff = self.reconnect.get(host).map_or(RECONNECT_BACKOFF, |(_, b)| *b);
@@ -192,9 +215,10 @@ impl Client {
                 for bootstrap in self.bootstrap.clone() {
                     let outcome = on_host!(self, bootstrap, &Route::Any, "find-coordinator", |c| c
                         .find_coordinator(*key_type, key));
-                    if let Outcome::Ok(host) = outcome {
-                        self.coordinators.insert((*key_type, key.clone()), host.clone());
-                        return Some(host);
+                    if let Outcome::Ok((host, port)) = outcome {
+                        let address = self.connector.address(&host, port);
+                        self.coordinators.insert((*key_type, key.clone()), address.clone());
+                        return Some(address);
                     }
                 }
                 None
@@ -210,9 +234,13 @@ impl Client {
             if routes.topic_error != 0 {
                 continue;
             }
+            if routes.topic_id != [0; 16] {
+                self.topic_ids.insert(topic.to_string(), routes.topic_id);
+                self.topic_names.insert(routes.topic_id, topic.to_string());
+            }
             for (partition, leader, _epoch) in routes.partitions {
-                if let Some(host) = routes.brokers.get(&leader) {
-                    self.leaders.insert((topic.to_string(), partition), host.clone());
+                if let Some((host, port)) = routes.brokers.get(&leader) {
+                    self.leaders.insert((topic.to_string(), partition), self.connector.address(host, *port));
                 }
             }
             return;
@@ -233,13 +261,13 @@ impl Client {
             }
             _ => {}
         }
-        self.history.record(&self.name, api, &outcome_name(&outcome), serde_json::json!({"broker": host}));
+        self.recorder.record(&self.name, api, &outcome_name(&outcome), serde_json::json!({"broker": host}));
         outcome
     }
 
     /// A request that could not be routed: recorded, and not sent.
     fn unsent<T>(&mut self, route: &Route, api: &'static str) -> Outcome<T> {
-        self.history.record(&self.name, api, "unsent", serde_json::json!({"route": format!("{route:?}")}));
+        self.recorder.record(&self.name, api, "unsent", serde_json::json!({"route": format!("{route:?}")}));
         Outcome::Failed(NOT_SENT)
     }
 
@@ -430,7 +458,7 @@ impl Client {
     ) -> io::Result<()> {
         let route = Route::Leader(topic.to_string(), partition);
         let Some(host) = self.resolve(&route).await else {
-            self.history.record(&self.name, "produce", "unsent", serde_json::json!({"route": format!("{route:?}")}));
+            self.recorder.record(&self.name, "produce", "unsent", serde_json::json!({"route": format!("{route:?}")}));
             return Err(io::ErrorKind::NotConnected.into());
         };
         assert!(self.pipeline.as_ref().is_none_or(|h| *h == host), "one broker's pipeline at a time");
@@ -458,7 +486,7 @@ impl Client {
         if outcome == Outcome::Indefinite {
             self.forget_host(&host);
         }
-        self.history.record(&self.name, "produce", &outcome_name(&outcome), serde_json::json!({"broker": host}));
+        self.recorder.record(&self.name, "produce", &outcome_name(&outcome), serde_json::json!({"broker": host}));
         outcome
     }
 
@@ -583,5 +611,132 @@ impl Client {
             }
         }
         Outcome::Ok(all)
+    }
+
+    /// The connection serial of `address` (0 before the first): it changes whenever a new
+    /// connection replaces the last.
+    pub fn connection_serial(&self, address: &str) -> u64 {
+        self.serials.get(address).copied().unwrap_or(0)
+    }
+
+    /// The leader of a partition, looked up if it is not known.
+    pub async fn leader_of(&mut self, topic: &str, partition: i32) -> Option<String> {
+        self.resolve(&Route::Leader(topic.to_string(), partition)).await
+    }
+
+    /// Forgets a partition's leader (a broker said it does not lead it).
+    pub fn forget_leader(&mut self, topic: &str, partition: i32) {
+        self.leaders.remove(&(topic.to_string(), partition));
+    }
+
+    /// The topic's id, by Metadata if it is not known.
+    pub async fn topic_id(&mut self, topic: &str) -> Option<[u8; 16]> {
+        if !self.topic_ids.contains_key(topic) {
+            self.refresh_metadata(topic).await;
+        }
+        self.topic_ids.get(topic).copied()
+    }
+
+    /// The name of a topic this client learnt the id of.
+    pub fn topic_name(&self, topic_id: &[u8; 16]) -> Option<&str> {
+        self.topic_names.get(topic_id).map(String::as_str)
+    }
+
+    pub async fn share_group_heartbeat(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        member_epoch: i32,
+        subscribe: Option<&[String]>,
+    ) -> Outcome<crate::ShareBeat> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "share-group-heartbeat", |c| c.share_group_heartbeat(
+            group,
+            member_id,
+            member_epoch,
+            subscribe
+        ))
+    }
+
+    /// A ShareFetch to broker `address` (the leader of the partitions it names).
+    pub async fn share_fetch_on(
+        &mut self,
+        address: &str,
+        spec: &crate::ShareFetchSpec<'_>,
+    ) -> Outcome<crate::ShareFetched> {
+        routed!(self, Route::Broker(address.to_string()), "share-fetch", |c| c.share_fetch(spec))
+    }
+
+    /// A ShareAcknowledge to broker `address`.
+    pub async fn share_acknowledge_on(
+        &mut self,
+        address: &str,
+        group: &str,
+        member_id: &str,
+        session_epoch: i32,
+        acks: &[crate::ShareAcks],
+    ) -> Outcome<Vec<([u8; 16], i32, i16)>> {
+        routed!(self, Route::Broker(address.to_string()), "share-acknowledge", |c| c.share_acknowledge(
+            group,
+            member_id,
+            session_epoch,
+            acks
+        ))
+    }
+
+    /// A TxnShareAcknowledge to broker `address` (the leader of the partitions it names).
+    pub async fn txn_share_acknowledge_on(
+        &mut self,
+        address: &str,
+        transactional_id: &str,
+        ids: (i64, i16),
+        group: &str,
+        member: (&str, i32),
+        acks: &[crate::ShareAcks],
+    ) -> Outcome<Vec<([u8; 16], i32, i16)>> {
+        routed!(self, Route::Broker(address.to_string()), "txn-share-acknowledge", |c| c.txn_share_acknowledge(
+            transactional_id,
+            ids,
+            group,
+            member,
+            acks
+        ))
+    }
+
+    pub async fn share_group_offsets(
+        &mut self,
+        group: &str,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Outcome<Vec<(i32, i64, i64)>> {
+        let route = Route::Coordinator(GROUP, group.to_string());
+        routed!(self, route, "describe-share-group-offsets", |c| c.share_group_offsets(group, topic, partitions))
+    }
+
+    pub async fn alter_group_configs(&mut self, group: &str, set: &[(&str, &str)]) -> Outcome<()> {
+        routed!(self, Route::Any, "incremental-alter-configs", |c| c.alter_group_configs(group, set))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn produce_txn_messages(
+        &mut self,
+        transactional_id: &str,
+        topic: &str,
+        partition: i32,
+        messages: &[crate::Message],
+        timestamp_ms: i64,
+        stamp: ProducerStamp,
+        tv2: bool,
+    ) -> Outcome<i64> {
+        let route = Route::Leader(topic.to_string(), partition);
+        routed!(self, route, "produce-txn", |c| c.produce_txn_messages(
+            transactional_id,
+            topic,
+            partition,
+            messages,
+            timestamp_ms,
+            stamp,
+            tv2
+        ))
     }
 }

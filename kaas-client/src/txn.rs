@@ -14,7 +14,8 @@ use kafka_protocol::messages::txn_offset_commit_request::{
 use kafka_protocol::messages::*;
 use kafka_protocol::records::RecordBatchDecoder;
 
-use super::{Member, Outcome, ProducerStamp, WireClient, produce_request, text};
+use crate::wire::{produce_messages_request, text};
+use crate::{Member, Message, Outcome, ProducerStamp, WireClient};
 
 /// What a read_committed fetch served: the committed records as (offset, value), the offset to
 /// fetch next (past control records and aborted ones too), and the watermarks.
@@ -192,8 +193,24 @@ impl WireClient {
         stamp: ProducerStamp,
         tv2: bool,
     ) -> Outcome<i64> {
-        let Ok(request) = produce_request(topic, partition, values, timestamp_ms, stamp, -1, Some(transactional_id))
-        else {
+        let messages: Vec<Message> = values.iter().cloned().map(Message::value).collect();
+        self.produce_txn_messages(transactional_id, topic, partition, &messages, timestamp_ms, stamp, tv2).await
+    }
+
+    /// `produce_txn` of whole messages (key, value, headers).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn produce_txn_messages(
+        &mut self,
+        transactional_id: &str,
+        topic: &str,
+        partition: i32,
+        messages: &[Message],
+        timestamp_ms: i64,
+        stamp: ProducerStamp,
+        tv2: bool,
+    ) -> Outcome<i64> {
+        let tid = Some(transactional_id);
+        let Ok(request) = produce_messages_request(topic, partition, messages, timestamp_ms, stamp, -1, tid) else {
             return Outcome::Failed(-1);
         };
         let version = if tv2 { 12 } else { 9 };

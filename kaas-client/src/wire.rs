@@ -1,9 +1,6 @@
-//! A simulated Kafka client: the real wire protocol (kafka-protocol's structs, Kafka framing)
-//! over turmoil's network. `WireClient` is one connection to one broker and reports a lost
-//! connection as an indefinite outcome; `Client` (router.rs) is what workloads use: it finds
-//! partition leaders by Metadata and coordinators by FindCoordinator, as real clients do, keeps
-//! a connection per broker, and moves on when a broker says it is not the leader or not the
-//! coordinator.
+//! `WireClient`: one connection to one broker, and the calls of the plain, group and
+//! idempotent producer APIs on it. A lost connection (or no answer in time) is an indefinite
+//! outcome, and the connection is not used again.
 
 use std::io;
 
@@ -17,18 +14,16 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use turmoil::net::TcpStream;
 
-mod router;
-mod txn;
-pub use router::Client;
-pub use txn::Fetched;
+use crate::BoxStream;
 
 /// A request without an answer by then is indefinite: the connection is given up.
-const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct WireClient {
-    stream: TcpStream,
+    stream: BoxStream,
+    /// The client.id every request carries.
+    client_id: String,
     correlation_id: i32,
     /// A call failed on this connection: it must not be used again.
     broken: bool,
@@ -62,8 +57,11 @@ pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 /// each partition's leader.
 #[derive(Debug, Clone, Default)]
 pub struct TopicRoutes {
-    pub brokers: std::collections::BTreeMap<i32, String>,
+    /// Each broker's advertised host and port, by node id.
+    pub brokers: std::collections::BTreeMap<i32, (String, i32)>,
     pub topic_error: i16,
+    /// The topic's id (KIP-516), which share groups name it by.
+    pub topic_id: [u8; 16],
     /// (partition, leader node id, leader epoch)
     pub partitions: Vec<(i32, i32, i32)>,
     /// Each partition's replica list.
@@ -73,15 +71,15 @@ pub struct TopicRoutes {
 /// The partitions `reassigning` asks about: more than any world's topic has.
 const PARTITIONS_LISTED: i32 = 64;
 
-fn text(s: &str) -> StrBytes {
+pub(crate) fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
 impl WireClient {
-    pub async fn connect(host: &str, port: u16) -> io::Result<WireClient> {
-        let connecting = TcpStream::connect((host, port));
-        let stream = tokio::time::timeout(REQUEST_TIMEOUT, connecting).await.map_err(|_| io::ErrorKind::TimedOut)??;
-        Ok(WireClient { stream, correlation_id: 0, broken: false, in_flight: Default::default() })
+    /// A client on a connected stream.
+    pub fn new(stream: BoxStream, client_id: &str) -> WireClient {
+        let client_id = client_id.to_string();
+        WireClient { stream, client_id, correlation_id: 0, broken: false, in_flight: Default::default() }
     }
 
     /// One request and its response; an error (the timeout included) leaves the connection
@@ -146,7 +144,7 @@ impl WireClient {
             .with_request_api_key(key as i16)
             .with_request_api_version(version)
             .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(text("kaas-sim")));
+            .with_client_id(Some(text(&self.client_id)));
         let mut body = BytesMut::new();
         header.encode(&mut body, Req::header_version(version)).map_err(io::Error::other)?;
         request.encode(&mut body, version).map_err(io::Error::other)?;
@@ -291,7 +289,7 @@ impl WireClient {
 
     /// One Fetch (v12) of one partition from `offset` at `isolation_level` (0
     /// read_uncommitted, 1 read_committed): the partition's answer, its error code checked.
-    async fn fetch_partition(
+    pub(crate) async fn fetch_partition(
         &mut self,
         topic: &str,
         partition: i32,
@@ -363,12 +361,13 @@ impl WireClient {
             Ok(r) => r,
             Err(_) => return Outcome::Indefinite,
         };
-        let brokers = response.brokers.iter().map(|b| (b.node_id.0, b.host.to_string())).collect();
+        let brokers = response.brokers.iter().map(|b| (b.node_id.0, (b.host.to_string(), b.port))).collect();
         let Some(t) = response.topics.first() else { return Outcome::Failed(-1) };
         let partitions = t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch)).collect();
         let replicas =
             t.partitions.iter().map(|p| (p.partition_index, p.replica_nodes.iter().map(|b| b.0).collect())).collect();
-        Outcome::Ok(TopicRoutes { brokers, topic_error: t.error_code, partitions, replicas })
+        let topic_id = *t.topic_id.as_bytes();
+        Outcome::Ok(TopicRoutes { brokers, topic_error: t.error_code, topic_id, partitions, replicas })
     }
 
     /// AlterPartitionReassignments (v1) of one partition to `replicas`, or a cancel (`None`).
@@ -412,11 +411,11 @@ impl WireClient {
         }
     }
 
-    /// FindCoordinator (v3) of a group (key type 0) or transactional id (1): its host.
-    pub async fn find_coordinator(&mut self, key_type: i8, key: &str) -> Outcome<String> {
+    /// FindCoordinator (v3) of a group (key type 0) or transactional id (1): its host and port.
+    pub async fn find_coordinator(&mut self, key_type: i8, key: &str) -> Outcome<(String, i32)> {
         let request = FindCoordinatorRequest::default().with_key(text(key)).with_key_type(key_type);
         match self.call::<_, FindCoordinatorResponse>(ApiKey::FindCoordinator, 3, &request).await {
-            Ok(r) if r.error_code == 0 => Outcome::Ok(r.host.to_string()),
+            Ok(r) if r.error_code == 0 => Outcome::Ok((r.host.to_string(), r.port)),
             Ok(r) => Outcome::Failed(r.error_code),
             Err(_) => Outcome::Indefinite,
         }
@@ -736,10 +735,24 @@ impl WireClient {
     }
 }
 
+/// A record to produce: key, value and headers, as a consumer read them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Message {
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+impl Message {
+    pub fn value(value: Bytes) -> Message {
+        Message { key: None, value: Some(value), headers: Vec::new() }
+    }
+}
+
 /// A Produce request of one uncompressed batch of `values`, stamped by `stamp` (producer id -1
 /// for a plain producer, whose records carry no sequence); transactional when a transactional
 /// id is given.
-fn produce_request(
+pub(crate) fn produce_request(
     topic: &str,
     partition: i32,
     values: &[Bytes],
@@ -748,11 +761,25 @@ fn produce_request(
     acks: i16,
     transactional_id: Option<&str>,
 ) -> io::Result<ProduceRequest> {
+    let messages: Vec<Message> = values.iter().cloned().map(Message::value).collect();
+    produce_messages_request(topic, partition, &messages, timestamp_ms, stamp, acks, transactional_id)
+}
+
+/// `produce_request` of whole messages.
+pub(crate) fn produce_messages_request(
+    topic: &str,
+    partition: i32,
+    messages: &[Message],
+    timestamp_ms: i64,
+    stamp: ProducerStamp,
+    acks: i16,
+    transactional_id: Option<&str>,
+) -> io::Result<ProduceRequest> {
     let sequenced = stamp.producer_id >= 0;
-    let records: Vec<Record> = values
+    let records: Vec<Record> = messages
         .iter()
         .enumerate()
-        .map(|(i, v)| Record {
+        .map(|(i, m)| Record {
             transactional: transactional_id.is_some(),
             control: false,
             delete_horizon: false,
@@ -763,9 +790,9 @@ fn produce_request(
             offset: i as i64,
             sequence: if sequenced { stamp.base_sequence.wrapping_add(i as i32) } else { -1 },
             timestamp: timestamp_ms,
-            key: None,
-            value: Some(v.clone()),
-            headers: Default::default(),
+            key: m.key.clone(),
+            value: m.value.clone(),
+            headers: m.headers.iter().map(|(k, v)| (text(k), v.clone())).collect(),
         })
         .collect();
     let mut batch = BytesMut::new();
