@@ -96,10 +96,21 @@ pub enum Mutant {
     /// Ownership ignores the replica lists that AlterPartitionReassignments set: every
     /// partition stays where the rendezvous hash puts it.
     ReassignmentIgnored,
+    /// A share partition answers acknowledgements (and acquisitions) before its state is
+    /// written: a crash takes back what was answered.
+    ShareAckBeforeDurable,
+    /// Acquisition locks never run out: what a member that went quiet holds is never given
+    /// to another.
+    ShareLockIgnored,
+    /// A share fetch acquires for whoever asks, a member the group removed included.
+    ShareAcquireUnfenced,
+    /// A share partition's owner answers from its window without checking that its lease still
+    /// holds: a paused former owner accepts acknowledgements its successor never sees.
+    ShareZombieOwnerAcks,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 31] = [
+    pub const ALL: [Mutant; 35] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -131,6 +142,10 @@ impl Mutant {
         Mutant::ConsumerAssignsUnreleased,
         Mutant::UpgradeForgetsOwned,
         Mutant::ReassignmentIgnored,
+        Mutant::ShareAckBeforeDurable,
+        Mutant::ShareLockIgnored,
+        Mutant::ShareAcquireUnfenced,
+        Mutant::ShareZombieOwnerAcks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -166,6 +181,10 @@ impl Mutant {
             Mutant::ConsumerAssignsUnreleased => "consumer-assigns-unreleased",
             Mutant::UpgradeForgetsOwned => "upgrade-forgets-owned",
             Mutant::ReassignmentIgnored => "reassignment-ignored",
+            Mutant::ShareAckBeforeDurable => "share-ack-before-durable",
+            Mutant::ShareLockIgnored => "share-lock-ignored",
+            Mutant::ShareAcquireUnfenced => "share-acquire-unfenced",
+            Mutant::ShareZombieOwnerAcks => "share-zombie-owner-acks",
         }
     }
 

@@ -20,7 +20,7 @@ use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 
@@ -213,7 +213,7 @@ fn verify(
 fn check_share_member(
     group_id: String,
     member_id: String,
-    member_epoch: i32,
+    member_epoch: Option<i32>,
     reply: oneshot::Sender<CoreResult<()>>,
 ) -> Job {
     let request = ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(text(&group_id))]);
@@ -229,9 +229,12 @@ fn check_share_member(
                 Some(g) if g.error_code != 0 => error::from_code(g.error_code),
                 Some(g) => match g.members.iter().find(|m| m.member_id.as_str() == member_id) {
                     None => Err(CoreError::UnknownMemberId),
-                    Some(m) if m.member_epoch == member_epoch => Ok(()),
-                    Some(m) if m.member_epoch > member_epoch => Err(CoreError::StaleMemberEpoch),
-                    Some(_) => Err(CoreError::FencedMemberEpoch),
+                    Some(m) => match member_epoch {
+                        None => Ok(()),
+                        Some(e) if m.member_epoch == e => Ok(()),
+                        Some(e) if m.member_epoch > e => Err(CoreError::StaleMemberEpoch),
+                        Some(_) => Err(CoreError::FencedMemberEpoch),
+                    },
                 },
             };
             let _ = reply.send(result);
@@ -395,10 +398,8 @@ fn request_frame(key: ApiKey, version: i16, encode: Encode, correlation_id: i32,
         .with_request_api_version(version)
         .with_correlation_id(correlation_id)
         .with_client_id(Some(text(client_id)));
-    let header_version = match key {
-        ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::header_version(version),
-        _ => AddPartitionsToTxnRequest::header_version(version),
-    };
+    // Each API's own: a flexible version's header carries tagged fields.
+    let header_version = key.request_header_version(version);
     let mut body = BytesMut::new();
     header.encode(&mut body, header_version).ok()?;
     encode(&mut body).ok()?;

@@ -144,6 +144,20 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["misplaced"],
         scenarios: &["cluster-reassign"],
     },
+    MutantSpec {
+        mutant: Mutant::ShareAckBeforeDurable,
+        // An accept answered, then the broker crashes before the state is written: the record
+        // comes back, its delivery count as it was.
+        catches: &["redelivered-after-accept", "double-acquisition", "delivery-count-backwards"],
+        scenarios: &["share"],
+    },
+    MutantSpec { mutant: Mutant::ShareLockIgnored, catches: &["lost-record"], scenarios: &["share"] },
+    MutantSpec { mutant: Mutant::ShareAcquireUnfenced, catches: &["acquired-after-fence"], scenarios: &["share"] },
+    MutantSpec {
+        mutant: Mutant::ShareZombieOwnerAcks,
+        catches: &["redelivered-after-accept", "double-acquisition", "delivery-count-backwards"],
+        scenarios: &["share"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

@@ -234,7 +234,28 @@ impl<E: Env> Broker<E> {
             }
         }
         if request.fetch && !fetch_from.is_empty() {
-            self.acquire_waiting(&request, config, &fetch_from, &mut answers).await;
+            // Only a member acquires: one the group removed (its session ran out) gets nothing
+            // more, and what it holds here goes back at once.
+            let member = self.check_share_member(&request.group_id, &request.member_id, None).await;
+            match member {
+                Ok(()) => self.acquire_waiting(&request, config, &fetch_from, &mut answers).await,
+                _ if crate::mutant!(ShareAcquireUnfenced) => {
+                    self.acquire_waiting(&request, config, &fetch_from, &mut answers).await
+                }
+                Err(CoreError::UnknownMemberId | CoreError::GroupIdNotFound) => {
+                    for &(topic_id, partition) in &fetch_from {
+                        if let Ok(handle) = self.share_partition(&snapshot, topic_id, partition) {
+                            let (group_id, member_id) = (request.group_id.clone(), request.member_id.clone());
+                            handle.share(ShareCommand::ReleaseMember { group_id, member_id }).await;
+                        }
+                    }
+                }
+                // The coordinator cannot say now: nothing to give until the wait is over.
+                Err(e) => {
+                    tracing::debug!(group = %request.group_id, member = %request.member_id, error = %e, "share fetch: membership unknown");
+                    self.env.clock().sleep_ms(request.max_wait_ms.max(0) as u64).await;
+                }
+            }
         }
         let mut partitions: Vec<SharePartitionAnswer> = answers.into_values().collect();
         if full {
@@ -269,6 +290,11 @@ impl<E: Env> Broker<E> {
             let mut acquired_any = false;
             for &(topic_id, partition) in fetch_from {
                 let answer = answers.entry((topic_id, partition)).or_insert_with(|| empty_answer(topic_id, partition));
+                if answer.error.is_some() {
+                    // Said once, kept: an acquisition whose write failed may have been written,
+                    // and the member must hear that rather than a later success.
+                    continue;
+                }
                 let handle = match self.share_partition(&snapshot, topic_id, partition) {
                     Ok(handle) => handle,
                     Err(e) => {
@@ -297,7 +323,6 @@ impl<E: Env> Broker<E> {
                         records_left = records_left.saturating_sub(taken as usize);
                         bytes_left = bytes_left.saturating_sub(fetched.records.len());
                         acquired_any |= taken > 0;
-                        answer.error = None;
                         answer.fetched = fetched;
                     }
                     Err(e) => answer.error = Some(e),
@@ -368,7 +393,7 @@ impl<E: Env> Broker<E> {
         if request.group_id.is_empty() {
             return Err(CoreError::InvalidGroupId);
         }
-        self.check_share_member(&request.group_id, &request.member_id, request.member_epoch).await?;
+        self.check_share_member(&request.group_id, &request.member_id, Some(request.member_epoch)).await?;
         let snapshot = self.topics.snapshot();
         let config = self.share_group_config(&request.group_id);
         let mut results = Vec::with_capacity(request.partitions.len());
@@ -413,9 +438,9 @@ impl<E: Env> Broker<E> {
         staged.await.unwrap_or(Err(CoreError::NotLeaderOrFollower))
     }
 
-    /// Whether `member_id` is a member of share group `group_id` at `member_epoch`, as the
-    /// group's coordinator says: this broker, or the peer the view names.
-    async fn check_share_member(&self, group_id: &str, member_id: &str, member_epoch: i32) -> CoreResult<()> {
+    /// Whether `member_id` is a member of share group `group_id` at `member_epoch` (`None`: at
+    /// any), as the group's coordinator says: this broker, or the peer the view names.
+    async fn check_share_member(&self, group_id: &str, member_id: &str, member_epoch: Option<i32>) -> CoreResult<()> {
         let key = crate::cluster::group_key(group_id);
         match self.membership.view().peer_owning(&key) {
             None => self.groups.share_check_member(group_id.to_string(), member_id.to_string(), member_epoch).await,

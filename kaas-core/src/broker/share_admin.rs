@@ -9,6 +9,7 @@
 use tokio::sync::oneshot;
 
 use super::Broker;
+use crate::cluster::claims::{Claims, Kind};
 use crate::env::Env;
 use crate::error::{CoreError, CoreResult};
 use crate::partition::share::{ShareCommand, ShareOffsets, file};
@@ -77,7 +78,10 @@ impl<E: Env> Broker<E> {
         Ok(answer)
     }
 
-    /// A peer's share partition as its newest listed file has it: the start offset, lag unknown.
+    /// A peer's share partition as its newest file has it: the start offset, lag unknown. The
+    /// newest is looked for from the partition's current ownership epoch down, as its claims
+    /// say: a listing of the share files may miss the newest (NFS), and an older file would
+    /// show the group going back.
     async fn share_offsets_from_file(
         &self,
         group_id: &str,
@@ -86,10 +90,15 @@ impl<E: Env> Broker<E> {
     ) -> CoreResult<Option<ShareOffsets>> {
         let dir = crate::topics::partition_dir(topic, partition);
         let settings = self.share_group_config(group_id).window;
-        match file::read_listed(self.env.volume(), &dir, group_id, settings).await {
-            Ok(found) => Ok(found.map(|(_, w)| ShareOffsets { start_offset: w.start_offset(), lag: -1 })),
-            Err(e) => Err(CoreError::Storage(e.to_string())),
-        }
+        let storage = |e: std::io::Error| CoreError::Storage(e.to_string());
+        let mut claims = Claims::new(self.env.volume().clone());
+        let key = crate::cluster::partition_key(topic, partition);
+        let claimed = claims.current(Kind::Partition, &key).await.map_err(storage)?.map_or(0, |c| c.epoch);
+        let found = match claimed {
+            0 => file::read_listed(self.env.volume(), &dir, group_id, settings).await,
+            epoch => file::read_newest(self.env.volume(), &dir, group_id, epoch, settings).await,
+        };
+        Ok(found.map_err(storage)?.map(|(_, w)| ShareOffsets { start_offset: w.start_offset(), lag: -1 }))
     }
 
     /// AlterShareGroupOffsets (`start` per partition) or DeleteShareGroupOffsets (`None`: the

@@ -289,7 +289,12 @@ impl GroupsHandle {
     }
 
     /// Whether `member_id` is a member of share group `group_id` at `member_epoch` (KIP-1289).
-    pub async fn share_check_member(&self, group_id: String, member_id: String, member_epoch: i32) -> CoreResult<()> {
+    pub async fn share_check_member(
+        &self,
+        group_id: String,
+        member_id: String,
+        member_epoch: Option<i32>,
+    ) -> CoreResult<()> {
         self.ask(|reply| Command::Share(ShareCommand::CheckMember { group_id, member_id, member_epoch, reply }))
             .await
             .unwrap_or_else(gone)

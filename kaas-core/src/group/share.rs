@@ -277,8 +277,10 @@ impl ShareGroup {
 
     /// Whether `member_id` is a member at `member_epoch` (its current epoch, or the one before,
     /// whose answer it may not have had): KIP-1289's check before acknowledgements are staged.
-    pub fn check_member(&self, member_id: &str, member_epoch: i32) -> CoreResult<()> {
+    /// `None`: at any epoch (a share fetch, which names no epoch, acquires only for members).
+    pub fn check_member(&self, member_id: &str, member_epoch: Option<i32>) -> CoreResult<()> {
         let member = self.members.get(member_id).ok_or(CoreError::UnknownMemberId)?;
+        let Some(member_epoch) = member_epoch else { return Ok(()) };
         if member_epoch == member.member_epoch || member_epoch == member.previous_member_epoch && member_epoch > 0 {
             Ok(())
         } else if member_epoch < member.member_epoch {
@@ -360,11 +362,13 @@ mod tests {
         let mut group = ShareGroup::new("g".into());
         group.heartbeat(hb("a", 0, Some(&["t"])), &topic, SETTINGS, now).unwrap();
         group.heartbeat(hb("b", 0, Some(&["t"])), &topic, SETTINGS, now + Duration::from_secs(30)).unwrap();
-        assert_eq!(group.check_member("a", 1), Ok(()));
-        assert_eq!(group.check_member("b", 1), Err(CoreError::StaleMemberEpoch));
-        assert_eq!(group.check_member("b", 9), Err(CoreError::FencedMemberEpoch));
+        assert_eq!(group.check_member("a", Some(1)), Ok(()));
+        assert_eq!(group.check_member("b", None), Ok(()), "a share fetch names no epoch");
+        assert_eq!(group.check_member("b", Some(1)), Err(CoreError::StaleMemberEpoch));
+        assert_eq!(group.check_member("b", Some(9)), Err(CoreError::FencedMemberEpoch));
         assert_eq!(group.tick(now + Duration::from_secs(46)), vec!["a".to_string()]);
-        assert_eq!(group.check_member("a", 1), Err(CoreError::UnknownMemberId));
+        assert_eq!(group.check_member("a", Some(1)), Err(CoreError::UnknownMemberId));
+        assert_eq!(group.check_member("a", None), Err(CoreError::UnknownMemberId), "nor acquires");
         let b = group.heartbeat(hb("b", 2, None), &topic, SETTINGS, now + Duration::from_secs(47)).unwrap();
         assert_eq!((b.member_epoch, b.assignment.unwrap()[&[1; 16]].len()), (3, 2), "b takes what a had");
     }

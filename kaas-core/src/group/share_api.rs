@@ -27,7 +27,12 @@ pub(super) enum ShareCommand {
     /// ShareGroupDescribe of one group.
     Describe(String, oneshot::Sender<CoreResult<ShareGroup>>),
     /// Whether a member is the group's at that epoch (KIP-1289's staging).
-    CheckMember { group_id: String, member_id: String, member_epoch: i32, reply: oneshot::Sender<CoreResult<()>> },
+    CheckMember {
+        group_id: String,
+        member_id: String,
+        member_epoch: Option<i32>,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
 }
 
 impl ShareCommand {

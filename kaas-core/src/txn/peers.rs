@@ -61,7 +61,7 @@ pub enum PeerCall {
         to: Endpoint,
         group_id: String,
         member_id: String,
-        member_epoch: i32,
+        member_epoch: Option<i32>,
         reply: oneshot::Sender<CoreResult<()>>,
     },
     /// Answered Ok once the peer reset one of the share partitions it owns: to a new start
@@ -157,14 +157,14 @@ impl PeersHandle {
         self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
 
-    /// Whether `member_id` is a member of the share group at `member_epoch`, by its
-    /// coordinator on a peer.
+    /// Whether `member_id` is a member of the share group at `member_epoch` (`None`: at any),
+    /// by its coordinator on a peer.
     pub async fn check_share_member(
         &self,
         to: Endpoint,
         group_id: &str,
         member_id: &str,
-        member_epoch: i32,
+        member_epoch: Option<i32>,
     ) -> CoreResult<()> {
         let (group_id, member_id) = (group_id.to_string(), member_id.to_string());
         let call = |reply| PeerCall::CheckShareMember { to, group_id, member_id, member_epoch, reply };

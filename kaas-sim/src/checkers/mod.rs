@@ -16,6 +16,7 @@ pub mod groups;
 pub mod idempotence;
 pub mod log;
 pub mod ownership;
+pub mod share;
 pub mod transactions;
 
 use std::collections::{BTreeMap, BTreeSet};

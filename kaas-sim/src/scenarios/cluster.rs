@@ -195,7 +195,7 @@ fn peer_partitions(rng: &mut ChaCha8Rng, hosts: &[String], leases: &Leases, step
 
 /// Pauses of an owner far past its lease (a SIGSTOP, a VM frozen), volume partitions longer
 /// than the lease while clients still reach the broker, and clock rate changes.
-fn zombie_faults(rng: &mut ChaCha8Rng, hosts: &[String], leases: &Leases, steps: usize) -> Vec<Planned> {
+pub fn zombie_faults(rng: &mut ChaCha8Rng, hosts: &[String], leases: &Leases, steps: usize) -> Vec<Planned> {
     let lease = leases.session_timeout_ms;
     let mut plan = Vec::new();
     for _ in 0..rng.random_range(1..=3) {

@@ -9,6 +9,7 @@ pub mod copier;
 pub mod groups;
 pub mod idempotence;
 pub mod reassign;
+pub mod share;
 pub mod smoke;
 pub mod topics;
 pub mod transactions;
@@ -136,6 +137,10 @@ pub const ALL: &[Scenario] = &[
     scenario::<copier::ClusterCopier>(
         "cluster-copier",
         "the copier on 3-5 brokers: coordinator, group, input and output partitions on different brokers",
+    ),
+    scenario::<share::Share>(
+        "share",
+        "a share group's members on 1 or 3-5 brokers: members crash, go silent or come back as zombies; locks run out; brokers crash and pause",
     ),
     scenario::<topics::TopicChurn>(
         "topic-churn",

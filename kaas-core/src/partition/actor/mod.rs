@@ -238,6 +238,10 @@ impl<E: Env> PartitionActor<E> {
                             self.ensure_open().await;
                         }
                         self.expire_shares(self.env.clock().now_ms());
+                        // What ran out is written now: a describe, a successor, must see it.
+                        if self.share_work() {
+                            self.finish_group(&mut acks).await;
+                        }
                         continue;
                     }
                 },
@@ -478,6 +482,9 @@ impl<E: Env> PartitionActor<E> {
                     ..Watermarks::default()
                 });
                 let opened = self.ensure_open().await.is_some();
+                if opened {
+                    self.take_over_shares().await;
+                }
                 let _ = reply.send(if opened { Ok(()) } else { Err(CoreError::Storage("cannot open the log".into())) });
                 return;
             }
@@ -506,7 +513,8 @@ impl<E: Env> PartitionActor<E> {
             command => command,
         };
         let now_ms = self.env.clock().now_ms();
-        if !self.lease_ok() {
+        let zombie_shares = crate::mutant!(ShareZombieOwnerAcks) && matches!(command, Command::Share(_));
+        if !self.lease_ok() && !zombie_shares {
             reply_with(command, CoreError::NotLeaderOrFollower);
             return;
         }

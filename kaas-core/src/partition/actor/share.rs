@@ -32,6 +32,7 @@ pub(super) struct Share {
 pub(super) enum ShareReply {
     Fetched(oneshot::Sender<CoreResult<ShareFetched>>, ShareFetched),
     Done(oneshot::Sender<CoreResult<()>>),
+    Offsets(oneshot::Sender<CoreResult<Option<ShareOffsets>>>, Option<ShareOffsets>),
 }
 
 fn ack_error(e: AckError) -> CoreError {
@@ -130,11 +131,15 @@ impl<E: Env> PartitionActor<E> {
                 self.share_replies.push(ShareReply::Done(reply));
             }
             ShareCommand::Offsets { group_id, reply } => {
-                let offsets = match self.share_load_existing(&group_id).await {
-                    Ok(()) => Ok(self.shares.get(&group_id).map(|s| self.share_offsets(&s.window))),
-                    Err(e) => Err(e),
-                };
-                let _ = reply.send(offsets);
+                match self.share_load_existing(&group_id).await {
+                    // Answered once what it shows is written: no reader sees a start that a
+                    // crash then takes back.
+                    Ok(()) => {
+                        let offsets = self.shares.get(&group_id).map(|s| self.share_offsets(&s.window));
+                        self.share_replies.push(ShareReply::Offsets(reply, offsets));
+                    }
+                    Err(e) => drop(reply.send(Err(e))),
+                }
             }
             ShareCommand::Reset { group_id, start_offset, config, reply } => {
                 let reset = self.share_reset(&group_id, start_offset, config).await;
@@ -212,6 +217,28 @@ impl<E: Env> PartitionActor<E> {
         };
         self.shares.insert(group_id.to_string(), Share { window, dirty });
         Ok(())
+    }
+
+    /// A new ownership epoch takes up every share partition the volume has for this partition
+    /// and writes it under its own epoch at once: from then on a former owner's late write
+    /// (under its older epoch) is never the newest, whoever reads.
+    pub(super) async fn take_over_shares(&mut self) {
+        let groups = match file::groups_listed(self.env.volume(), &self.dir).await {
+            Ok(groups) => groups,
+            Err(e) => {
+                // Each is taken up on its group's first request instead.
+                tracing::warn!(dir = %self.dir, error = %e, "cannot list share partitions at take-over");
+                return;
+            }
+        };
+        for group_id in groups {
+            if let Err(e) = self.share_load_existing(&group_id).await {
+                tracing::warn!(dir = %self.dir, group = %group_id, error = %e, "share partition not taken over");
+            }
+        }
+        if self.share_work() {
+            self.finish_shares().await;
+        }
     }
 
     /// Loads the group's window only if the volume has one.
@@ -306,6 +333,9 @@ impl<E: Env> PartitionActor<E> {
 
     /// Lets go of the records whose acquisition lock ran out.
     pub(super) fn expire_shares(&mut self, now_ms: i64) {
+        if crate::mutant!(ShareLockIgnored) {
+            return;
+        }
         let expiring: Vec<String> = self
             .shares
             .iter()
@@ -319,6 +349,9 @@ impl<E: Env> PartitionActor<E> {
 
     /// When the earliest acquisition lock of any share partition runs out.
     pub(super) fn next_share_expiry_ms(&self) -> Option<i64> {
+        if crate::mutant!(ShareLockIgnored) {
+            return None;
+        }
         self.shares.values().filter_map(|s| s.window.next_lock_expiry_ms()).min()
     }
 
@@ -328,7 +361,7 @@ impl<E: Env> PartitionActor<E> {
     }
 
     /// The group commit's share part: every changed window written under this owner's epoch,
-    /// then the answers, if the lease held past the writes. A failed write answers with a
+    /// while the lease holds, then the answers, if it held past the writes. A failed write answers with a
     /// storage error (effect unknown) and forgets the windows it could not write: they are read
     /// again from the volume, which has one of the two states.
     pub(super) async fn finish_shares(&mut self) {
@@ -339,6 +372,20 @@ impl<E: Env> PartitionActor<E> {
             return;
         };
         let epoch = owned.claimed.epoch;
+        if !self.lease_ok() && !crate::mutant!(ShareZombieOwnerAcks) {
+            // The lease ran out since the commands were taken: a successor may have read the
+            // files already, so nothing is written, and the windows are read again if asked.
+            self.shares.retain(|_, s| !s.dirty);
+            for reply in self.share_replies.drain(..) {
+                reply.fail(CoreError::NotLeaderOrFollower);
+            }
+            return;
+        }
+        if crate::mutant!(ShareAckBeforeDurable) {
+            for reply in self.share_replies.drain(..) {
+                reply.send();
+            }
+        }
         let mut failed: Option<String> = None;
         let dirty: Vec<String> = self.shares.iter().filter(|(_, s)| s.dirty).map(|(g, _)| g.clone()).collect();
         let mut written = Vec::new();
@@ -361,7 +408,7 @@ impl<E: Env> PartitionActor<E> {
         }
         let refusal = match failed {
             Some(why) => Some(CoreError::Storage(why)),
-            None if !self.lease_ok() => Some(CoreError::NotLeaderOrFollower),
+            None if !self.lease_ok() && !crate::mutant!(ShareZombieOwnerAcks) => Some(CoreError::NotLeaderOrFollower),
             None => None,
         };
         for reply in self.share_replies.drain(..) {
@@ -385,6 +432,7 @@ impl ShareReply {
         match self {
             ShareReply::Fetched(reply, fetched) => drop(reply.send(Ok(fetched))),
             ShareReply::Done(reply) => drop(reply.send(Ok(()))),
+            ShareReply::Offsets(reply, offsets) => drop(reply.send(Ok(offsets))),
         }
     }
 
@@ -392,6 +440,7 @@ impl ShareReply {
         match self {
             ShareReply::Fetched(reply, _) => drop(reply.send(Err(error))),
             ShareReply::Done(reply) => drop(reply.send(Err(error))),
+            ShareReply::Offsets(reply, _) => drop(reply.send(Err(error))),
         }
     }
 }

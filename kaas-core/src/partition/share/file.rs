@@ -74,6 +74,26 @@ fn epoch_of(group_id: &str, file: &str) -> Option<u32> {
     (digits.len() == 10 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
 }
 
+/// The groups with a share file in the partition's directory, as a listing shows them.
+pub async fn groups_listed<V: Volume>(volume: &V, dir: &str) -> io::Result<Vec<String>> {
+    let names = match volume.list(&join(dir, SHARE_DIR)).await {
+        Ok(names) => names,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut groups: Vec<String> = names
+        .iter()
+        .filter_map(|n| {
+            let (hex, _) = n.strip_suffix(".json")?.rsplit_once('-')?;
+            String::from_utf8(crate::hex::decode(hex)?).ok()
+        })
+        .filter(|g| names.iter().any(|n| epoch_of(g, n).is_some()))
+        .collect();
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
+}
+
 fn corrupt(path: &str, why: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {why}"))
 }

@@ -353,8 +353,12 @@ impl ShareWindow {
         let mut outcome = Outcome::default();
         match event {
             Event::Acquire { member, batches, max_records, mode, now_ms } => {
+                let archived_before = self.count_in(RecordState::Archived);
                 outcome.acquired = self.acquire(member, batches, max_records, mode, now_ms);
-                outcome.durable_change = !outcome.acquired.is_empty();
+                // Records archived on the way (a gap, a control batch, one at its delivery
+                // limit) are as durable a change as those acquired.
+                outcome.durable_change =
+                    !outcome.acquired.is_empty() || self.count_in(RecordState::Archived) != archived_before;
             }
             Event::Acknowledge { member, batches, renew_allowed, now_ms } => {
                 let allowed = |t: AckType| t != AckType::Renew || renew_allowed;
@@ -375,12 +379,16 @@ impl ShareWindow {
                 for offset in expired {
                     if self.records[&offset].state == RecordState::Acquired {
                         self.let_go(offset);
+                        // A record let go at its delivery limit is archived, and the start may
+                        // move past it: a reader of the file must see that too.
+                        outcome.durable_change = true;
                     }
                 }
             }
             Event::ReleaseMember { member } => {
                 let held: Vec<i64> =
                     self.records.iter().filter(|(_, e)| e.acquired_by(member)).map(|(o, _)| *o).collect();
+                outcome.durable_change = !held.is_empty();
                 for offset in held {
                     self.let_go(offset);
                 }

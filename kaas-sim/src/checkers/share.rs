@@ -1,0 +1,299 @@
+//! Share groups (invariant 10): what the members of a share group were given and what came of
+//! their acknowledgements, against KIP-932's promises. Times are the history's sequence
+//! numbers: a call `sent` before the event numbered so was recorded, and `received` by the one
+//! after its outcome, so `a.received < b.sent` says `b` was sent after `a` was answered.
+//! - redelivered-after-accept: a record acquired again by a request sent after an accept (or
+//!   reject) of it was answered as done;
+//! - double-acquisition: one record handed out twice with the same delivery count;
+//! - delivery-count-backwards: a record acquired with a delivery count no higher than an
+//!   acquisition answered before the request was sent;
+//! - delivery-count-overrun: a delivery count above the group's limit;
+//! - acquired-after-fence: a member acquired records by a request sent after its group said it
+//!   was no longer a member and before it asked to join again;
+//! - ack-after-fence: a transactional acknowledgement staged by a member epoch the group had
+//!   fenced before the request was sent;
+//! - lost-record: at the end, the share group's start offset short of the input's end, or a
+//!   record behind it that no member accepted or rejected and that cannot have reached the
+//!   delivery limit (archived unseen), counting the deliveries a fetch whose answer was lost
+//!   may have made.
+
+use std::collections::BTreeMap;
+
+/// How a member acknowledged a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckKind {
+    Accept,
+    Release,
+    Reject,
+}
+
+/// What came of an acknowledgement, as the broker said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    Done,
+    /// Refused with this code: nothing happened.
+    Refused(i16),
+    /// Its effect is unknown: a lost connection, or a refusal that can follow a write (an
+    /// owner whose lease ran out between writing and answering).
+    Unknown,
+}
+
+#[derive(Debug, Clone)]
+pub struct Acquisition {
+    pub member: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub delivery_count: i16,
+    pub sent: u64,
+    pub received: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Ack {
+    pub member: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub kind: AckKind,
+    pub sent: u64,
+    pub received: u64,
+    pub outcome: AckOutcome,
+}
+
+/// A transactional acknowledgement (KIP-1289) staged by `member` at `member_epoch`.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    pub member: String,
+    pub member_epoch: i32,
+    pub sent: u64,
+    pub staged: bool,
+}
+
+/// Everything the share members did and saw, for `check`.
+#[derive(Debug, Default)]
+pub struct ShareLog {
+    pub topic: String,
+    pub delivery_count_limit: i16,
+    /// Each input partition's end: its records are offsets 0 up to it.
+    pub input_end: BTreeMap<i32, i64>,
+    pub acquisitions: Vec<Acquisition>,
+    pub acks: Vec<Ack>,
+    /// A member's heartbeat answered that it is not (or no longer) a member at an epoch:
+    /// (member, the epoch it named, received).
+    pub fences: Vec<(String, i32, u64)>,
+    /// A member's join heartbeats: (member, sent).
+    pub joins: Vec<(String, u64)>,
+    pub staged: Vec<Staged>,
+    /// Fetches whose acquisitions nobody saw, though they may have happened (a lost answer, a
+    /// refusal that can follow a write): (partition, sent, received), received `u64::MAX` for a
+    /// lost answer (a paused broker may act on it after its client gave up).
+    pub unknown_fetches: Vec<(i32, u64, u64)>,
+    /// The share group's start offset of each partition at the end (-1: none known).
+    pub final_start: BTreeMap<i32, i64>,
+}
+
+/// Codes a broker refuses an acknowledgement with before anything is written.
+pub fn refused_before_write(code: i16) -> bool {
+    matches!(
+        code,
+        121 /* INVALID_RECORD_STATE */ | 42 /* INVALID_REQUEST */ | 122 /* SHARE_SESSION_NOT_FOUND */
+            | 123 /* INVALID_SHARE_SESSION_EPOCH */ | 3 /* UNKNOWN_TOPIC_OR_PARTITION */
+            | 100 /* UNKNOWN_TOPIC_ID */ | kaas_client::NOT_SENT
+    )
+}
+
+pub fn check(log: &ShareLog) -> Vec<String> {
+    let mut violations = Vec::new();
+    let topic = &log.topic;
+    let mut by_record: BTreeMap<(i32, i64), Vec<&Acquisition>> = BTreeMap::new();
+    for a in &log.acquisitions {
+        by_record.entry((a.partition, a.offset)).or_default().push(a);
+        if a.delivery_count > log.delivery_count_limit || a.delivery_count < 1 {
+            violations.push(format!(
+                "delivery-count-overrun: {topic}-{} offset {} acquired by {} with delivery count {} (limit {})",
+                a.partition, a.offset, a.member, a.delivery_count, log.delivery_count_limit
+            ));
+        }
+    }
+    for ((p, offset), acquired) in &by_record {
+        for (i, a) in acquired.iter().enumerate() {
+            for b in &acquired[i + 1..] {
+                if a.delivery_count == b.delivery_count {
+                    violations.push(format!(
+                        "double-acquisition: {topic}-{p} offset {offset} handed to {} and to {} with delivery count {}",
+                        a.member, b.member, a.delivery_count
+                    ));
+                    continue;
+                }
+                let (first, then) = if a.received < b.sent { (a, b) } else { (b, a) };
+                if first.received < then.sent && then.delivery_count <= first.delivery_count {
+                    violations.push(format!(
+                        "delivery-count-backwards: {topic}-{p} offset {offset} given to {} with delivery count {}, then to {} with {}",
+                        first.member, first.delivery_count, then.member, then.delivery_count
+                    ));
+                }
+            }
+        }
+    }
+    for ack in log.acks.iter().filter(|a| a.kind != AckKind::Release && a.outcome == AckOutcome::Done) {
+        let again = by_record.get(&(ack.partition, ack.offset)).into_iter().flatten().find(|a| a.sent > ack.received);
+        if let Some(again) = again {
+            violations.push(format!(
+                "redelivered-after-accept: {topic}-{} offset {} {} by {}, then acquired by {} with delivery count {}",
+                ack.partition,
+                ack.offset,
+                if ack.kind == AckKind::Accept { "accepted" } else { "rejected" },
+                ack.member,
+                again.member,
+                again.delivery_count
+            ));
+        }
+    }
+    for (member, epoch, fenced_at) in &log.fences {
+        let rejoined_at =
+            log.joins.iter().filter(|(m, sent)| m == member && *sent > *fenced_at).map(|(_, sent)| *sent).min();
+        let late = log.acquisitions.iter().find(|a| {
+            a.member == *member && a.sent > *fenced_at && rejoined_at.is_none_or(|joined| a.received < joined)
+        });
+        if let Some(a) = late {
+            violations.push(format!(
+                "acquired-after-fence: {member}, told it was no member at epoch {epoch}, acquired {topic}-{} offset {}",
+                a.partition, a.offset
+            ));
+        }
+        let staged = log.staged.iter().find(|s| s.member == *member && s.member_epoch <= *epoch && s.sent > *fenced_at);
+        if let Some(s) = staged.filter(|s| s.staged) {
+            violations.push(format!(
+                "ack-after-fence: {member} staged acknowledgements at member epoch {}, fenced at epoch {epoch}",
+                s.member_epoch
+            ));
+        }
+    }
+    for (&p, &end) in &log.input_end {
+        let start = log.final_start.get(&p).copied().unwrap_or(-1);
+        if start < end {
+            violations.push(format!(
+                "lost-record: {topic}-{p}: the share group starts at {start} at the end, the input ends at {end}"
+            ));
+            continue;
+        }
+        for offset in 0..end {
+            let finished = log.acks.iter().any(|a| {
+                a.partition == p
+                    && a.offset == offset
+                    && a.kind != AckKind::Release
+                    && !matches!(a.outcome, AckOutcome::Refused(code) if refused_before_write(code))
+            });
+            let seen =
+                by_record.get(&(p, offset)).and_then(|acquired| acquired.iter().max_by_key(|a| a.delivery_count));
+            let (count, since) = seen.map_or((0, 0), |a| (a.delivery_count, a.sent));
+            // A fetch answered after the last seen acquisition was sent may have come after it.
+            let unseen = log.unknown_fetches.iter().filter(|(up, _, received)| *up == p && *received > since).count();
+            let limit_reached = i64::from(count) + unseen as i64 >= i64::from(log.delivery_count_limit);
+            if !finished && !limit_reached {
+                violations.push(format!(
+                    "lost-record: {topic}-{p} offset {offset} is behind the share group's start {start}, never accepted nor rejected (delivered {} times)",
+                    by_record.get(&(p, offset)).map_or(0, Vec::len)
+                ));
+                break;
+            }
+        }
+    }
+    violations
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acquired(member: &str, offset: i64, delivery_count: i16, sent: u64, received: u64) -> Acquisition {
+        Acquisition { member: member.into(), partition: 0, offset, delivery_count, sent, received }
+    }
+
+    fn ack(member: &str, offset: i64, kind: AckKind, sent: u64, received: u64, outcome: AckOutcome) -> Ack {
+        Ack { member: member.into(), partition: 0, offset, kind, sent, received, outcome }
+    }
+
+    fn log() -> ShareLog {
+        ShareLog {
+            topic: "t".into(),
+            delivery_count_limit: 3,
+            input_end: BTreeMap::from([(0, 2)]),
+            acquisitions: vec![acquired("a", 0, 1, 1, 2), acquired("a", 1, 1, 1, 2)],
+            acks: vec![
+                ack("a", 0, AckKind::Accept, 3, 4, AckOutcome::Done),
+                ack("a", 1, AckKind::Reject, 3, 4, AckOutcome::Done),
+            ],
+            final_start: BTreeMap::from([(0, 2)]),
+            ..ShareLog::default()
+        }
+    }
+
+    fn classes(v: &[String]) -> Vec<&str> {
+        v.iter().map(|v| crate::scenarios::class(v)).collect()
+    }
+
+    #[test]
+    fn each_record_acquired_once_and_finished_passes() {
+        assert!(check(&log()).is_empty());
+    }
+
+    #[test]
+    fn a_record_given_again_after_its_accept_is_named() {
+        let mut l = log();
+        l.acquisitions.push(acquired("b", 0, 2, 5, 6));
+        assert_eq!(classes(&check(&l)), ["redelivered-after-accept"]);
+        let mut released = log();
+        released.acks[0].kind = AckKind::Release;
+        released.acks.push(ack("b", 0, AckKind::Accept, 7, 8, AckOutcome::Done));
+        released.acquisitions.push(acquired("b", 0, 2, 5, 6));
+        assert!(check(&released).is_empty(), "a released record comes back");
+    }
+
+    #[test]
+    fn delivery_counts_only_go_up_and_stay_under_the_limit() {
+        let mut same = log();
+        same.acquisitions.push(acquired("b", 0, 1, 1, 3));
+        assert_eq!(classes(&check(&same)), ["double-acquisition"]);
+        let mut back = log();
+        back.acks[0].kind = AckKind::Release;
+        back.acquisitions.push(acquired("b", 0, 2, 3, 5));
+        back.acquisitions.push(acquired("c", 0, 2, 6, 7));
+        back.acks.push(ack("c", 0, AckKind::Accept, 8, 9, AckOutcome::Done));
+        assert_eq!(classes(&check(&back)), ["double-acquisition"]);
+        let mut over = log();
+        over.acquisitions[1].delivery_count = 4;
+        assert_eq!(classes(&check(&over)), ["delivery-count-overrun"]);
+    }
+
+    #[test]
+    fn a_fenced_member_acquires_nothing_until_it_joins_again() {
+        let mut l = log();
+        l.fences.push(("a".into(), 3, 0));
+        assert_eq!(classes(&check(&l)), ["acquired-after-fence"]);
+        l.joins.push(("a".into(), 3));
+        assert_eq!(classes(&check(&l)), ["acquired-after-fence"], "answered before the rejoin was sent");
+        l.joins[0].1 = 1;
+        assert!(check(&l).is_empty(), "the rejoin may have come first");
+        l.staged.push(Staged { member: "a".into(), member_epoch: 3, sent: 5, staged: true });
+        assert_eq!(classes(&check(&l)), ["ack-after-fence"]);
+    }
+
+    #[test]
+    fn records_left_behind_are_lost() {
+        let mut short = log();
+        short.final_start.insert(0, 1);
+        assert_eq!(classes(&check(&short)), ["lost-record"]);
+        let mut skipped = log();
+        skipped.acks[1].outcome = AckOutcome::Refused(121);
+        assert_eq!(classes(&check(&skipped)), ["lost-record"]);
+        let mut archived = skipped;
+        archived.acquisitions.push(acquired("b", 1, 3, 5, 6));
+        assert!(check(&archived).is_empty(), "a record at its delivery limit is archived");
+        let mut unseen = log();
+        unseen.acks[1].outcome = AckOutcome::Refused(121);
+        unseen.unknown_fetches = vec![(0, 0, 1), (0, 3, 4)];
+        assert_eq!(classes(&check(&unseen)), ["lost-record"], "one more delivery is not the limit");
+        unseen.unknown_fetches.push((0, 0, u64::MAX));
+        assert!(check(&unseen).is_empty(), "two lost answers may have delivered it to its limit");
+    }
+}
