@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 mod router;
 mod share;
+pub mod share_consumer;
 mod txn;
 mod wire;
 
