@@ -21,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 mod router;
 mod share;
 pub mod share_consumer;
+pub mod share_copy;
 mod txn;
 mod wire;
 
@@ -46,6 +47,11 @@ pub trait Connector: Send + Sync {
     /// The address of a broker Metadata or FindCoordinator named.
     fn address(&self, host: &str, port: i32) -> String;
     fn connect<'a>(&'a self, address: &'a str) -> Connecting<'a>;
+    /// The wall clock, in ms since the Unix epoch, for the timestamps of what is produced: a
+    /// simulated world answers with its own.
+    fn now_ms(&self) -> i64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    }
 }
 
 /// Real TCP: addresses are `host:port`.

@@ -86,6 +86,7 @@ pub struct Client {
     /// Topic ids learnt from Metadata, both ways.
     topic_ids: BTreeMap<String, [u8; 16]>,
     topic_names: BTreeMap<[u8; 16], String>,
+    partition_counts: BTreeMap<String, i32>,
     /// How many connections this client opened to each broker: a share session lives on one
     /// connection, so a caller that sees this change starts its session again.
     serials: BTreeMap<String, u64>,
@@ -120,10 +121,16 @@ impl Client {
             coordinators: BTreeMap::new(),
             topic_ids: BTreeMap::new(),
             topic_names: BTreeMap::new(),
+            partition_counts: BTreeMap::new(),
             serials: BTreeMap::new(),
             pipeline: None,
             reconnect: BTreeMap::new(),
         }
+    }
+
+    /// The connector's wall clock (`Connector::now_ms`).
+    pub fn now_ms(&self) -> i64 {
+        self.connector.now_ms()
     }
 
     pub fn name(&self) -> &str {
@@ -234,6 +241,7 @@ impl Client {
             if routes.topic_error != 0 {
                 continue;
             }
+            self.partition_counts.insert(topic.to_string(), routes.partitions.len() as i32);
             if routes.topic_id != [0; 16] {
                 self.topic_ids.insert(topic.to_string(), routes.topic_id);
                 self.topic_names.insert(routes.topic_id, topic.to_string());
@@ -635,6 +643,14 @@ impl Client {
             self.refresh_metadata(topic).await;
         }
         self.topic_ids.get(topic).copied()
+    }
+
+    /// How many partitions `topic` has, by Metadata if it is not known.
+    pub async fn partition_count(&mut self, topic: &str) -> Option<i32> {
+        if !self.partition_counts.contains_key(topic) {
+            self.refresh_metadata(topic).await;
+        }
+        self.partition_counts.get(topic).copied().filter(|n| *n > 0)
     }
 
     /// The name of a topic this client learnt the id of.

@@ -1,5 +1,5 @@
-//! The command line: `kaas serve` and its flags. Hand-written: five flags do not need a parser
-//! dependency.
+//! The command line: `kaas serve` and its flags, and the tools' commands. Hand-written so far:
+//! three commands with a handful of flags each do not need a parser dependency.
 
 use kaas_core::BrokerConfig;
 
@@ -10,6 +10,11 @@ USAGE:
     kaas serve [OPTIONS]
     kaas transactions --bootstrap HOST:PORT list | abort (--transactional-id ID | --topic T --partition P
                       --producer-id N --producer-epoch E)
+    kaas share-copy --bootstrap HOST:PORT --group G --input TOPIC --output TOPIC --transactional-id ID
+                    [--max-records N] [--abort-every K] [--idle-exit-ms MS]
+        exactly-once queue copy (KIP-1289): records taken from share group G on TOPIC are
+        written to the output and acknowledged in one transaction per poll; every K-th
+        transaction is aborted on purpose; exits after MS without records [default: 10000]
 
 OPTIONS:
     --data-dir DIR         where partitions, topics and offsets live [default: ./kaas-data]
@@ -54,6 +59,7 @@ impl Default for ServeArgs {
 pub enum Command {
     Serve(ServeArgs),
     Transactions(crate::transactions::Args),
+    ShareCopy(crate::share_copy::Args),
     Help,
     Version,
 }
@@ -65,6 +71,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         Some("-V") | Some("--version") | Some("version") => return Ok(Command::Version),
         Some("serve") => {}
         Some("transactions") => return crate::transactions::parse(&args[1..]).map(Command::Transactions),
+        Some("share-copy") => return crate::share_copy::parse(&args[1..]).map(Command::ShareCopy),
         Some(other) => return Err(format!("unknown command {other:?}")),
     }
     let mut out = ServeArgs::default();

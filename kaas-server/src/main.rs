@@ -2,6 +2,7 @@
 //! then stops accepting, closes connections and syncs every partition before exiting.
 
 mod cli;
+mod share_copy;
 mod transactions;
 
 use kaas_core::Broker;
@@ -34,6 +35,14 @@ fn main() {
             return;
         }
         cli::Command::Serve(serve) => serve,
+        cli::Command::ShareCopy(args) => {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+            if let Err(e) = runtime.block_on(share_copy::run(args)) {
+                eprintln!("kaas share-copy: {e}");
+                std::process::exit(1);
+            }
+            return;
+        }
         cli::Command::Transactions(args) => {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
             if let Err(e) = runtime.block_on(transactions::run(args)) {

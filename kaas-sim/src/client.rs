@@ -23,6 +23,10 @@ impl Connector for SimNet {
             Ok(Box::new(stream) as BoxStream)
         })
     }
+
+    fn now_ms(&self) -> i64 {
+        crate::scenarios::common::now_ms()
+    }
 }
 
 impl Recorder for History {

@@ -17,6 +17,7 @@ pub mod idempotence;
 pub mod log;
 pub mod ownership;
 pub mod share;
+pub mod share_copy;
 pub mod transactions;
 
 use std::collections::{BTreeMap, BTreeSet};

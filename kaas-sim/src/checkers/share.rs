@@ -183,13 +183,7 @@ pub fn check(log: &ShareLog) -> Vec<String> {
                     && a.kind != AckKind::Release
                     && !matches!(a.outcome, AckOutcome::Refused(code) if refused_before_write(code))
             });
-            let seen =
-                by_record.get(&(p, offset)).and_then(|acquired| acquired.iter().max_by_key(|a| a.delivery_count));
-            let (count, since) = seen.map_or((0, 0), |a| (a.delivery_count, a.sent));
-            // A fetch answered after the last seen acquisition was sent may have come after it.
-            let unseen = log.unknown_fetches.iter().filter(|(up, _, received)| *up == p && *received > since).count();
-            let limit_reached = i64::from(count) + unseen as i64 >= i64::from(log.delivery_count_limit);
-            if !finished && !limit_reached {
+            if !finished && !may_be_archived(log, p, offset) {
                 violations.push(format!(
                     "lost-record: {topic}-{p} offset {offset} is behind the share group's start {start}, never accepted nor rejected (delivered {} times)",
                     by_record.get(&(p, offset)).map_or(0, Vec::len)
@@ -199,6 +193,17 @@ pub fn check(log: &ShareLog) -> Vec<String> {
         }
     }
     violations
+}
+
+/// Whether a record may have reached the group's delivery limit, and so been archived unseen:
+/// its most delivered acquisition seen, plus every fetch whose answer was lost since.
+pub fn may_be_archived(log: &ShareLog, p: i32, offset: i64) -> bool {
+    let seen =
+        log.acquisitions.iter().filter(|a| a.partition == p && a.offset == offset).max_by_key(|a| a.delivery_count);
+    let (count, since) = seen.map_or((0, 0), |a| (a.delivery_count, a.sent));
+    // A fetch answered after the last seen acquisition was sent may have come after it.
+    let unseen = log.unknown_fetches.iter().filter(|(up, _, received)| *up == p && *received > since).count();
+    i64::from(count) + unseen as i64 >= i64::from(log.delivery_count_limit)
 }
 
 #[cfg(test)]

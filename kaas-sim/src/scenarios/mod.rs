@@ -10,6 +10,7 @@ pub mod groups;
 pub mod idempotence;
 pub mod reassign;
 pub mod share;
+pub mod share_copy;
 pub mod smoke;
 pub mod topics;
 pub mod transactions;
@@ -141,6 +142,34 @@ pub const ALL: &[Scenario] = &[
     scenario::<share::Share>(
         "share",
         "a share group's members on 1 or 3-5 brokers: members crash, go silent or come back as zombies; locks run out; brokers crash and pause",
+    ),
+    scenario::<share_copy::CrashBeforeBegin>(
+        "kip1289-crash-before-begin",
+        "exactly-once queue copiers (KIP-1289); a copier dies holding records, before its transaction writes anything",
+    ),
+    scenario::<share_copy::CrashAfterSend>(
+        "kip1289-crash-after-send",
+        "exactly-once queue copiers (KIP-1289); a copier dies after its outputs, before staging its acknowledgements",
+    ),
+    scenario::<share_copy::CrashAfterStage>(
+        "kip1289-crash-after-stage",
+        "exactly-once queue copiers (KIP-1289); a copier dies with its acknowledgements staged, before EndTxn",
+    ),
+    scenario::<share_copy::CrashAfterCommit>(
+        "kip1289-crash-after-commit",
+        "exactly-once queue copiers (KIP-1289); the coordinator dies after EndTxn(COMMIT) is durable, before the markers",
+    ),
+    scenario::<share_copy::Zombie>(
+        "kip1289-zombie",
+        "exactly-once queue copiers (KIP-1289); a paused copier comes back fenced (member, and producer) and carries on",
+    ),
+    scenario::<share_copy::ExplicitAbort>(
+        "kip1289-abort",
+        "exactly-once queue copiers (KIP-1289); every k-th transaction aborted on purpose, its records back to the group",
+    ),
+    scenario::<share_copy::PartialProduce>(
+        "kip1289-partial-produce",
+        "exactly-once queue copiers (KIP-1289); one produce of a transaction refused while the others succeed",
     ),
     scenario::<topics::TopicChurn>(
         "topic-churn",

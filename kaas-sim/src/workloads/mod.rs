@@ -13,6 +13,7 @@ pub mod copier;
 pub mod idempotent;
 pub mod member;
 pub mod plain;
+pub mod share_copier;
 pub mod share_member;
 pub mod transactional;
 

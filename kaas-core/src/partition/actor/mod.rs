@@ -63,6 +63,10 @@ pub(super) struct PartitionActor<E: Env> {
     share_ends: crate::participant::EndGuard<(String, i64)>,
     /// Share answers waiting for the group commit's writes.
     share_replies: Vec<share::ShareReply>,
+    /// Groups whose last write failed: what the volume shows of them may not be durable (a
+    /// failed fsync can leave a rename visible that a crash takes back), so what is read is
+    /// written again before anything is answered from it.
+    shares_unsure: std::collections::BTreeSet<String>,
 }
 
 /// The file in a partition directory naming the topic it belongs to.
@@ -124,6 +128,7 @@ pub async fn start<E: Env>(
         shares: share::Shares::new(),
         share_ends: crate::participant::EndGuard::default(),
         share_replies: Vec::new(),
+        shares_unsure: Default::default(),
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));

@@ -187,7 +187,9 @@ impl<E: Env> PartitionActor<E> {
         let epoch = owned.claimed.epoch;
         let read = file::read_newest(self.env.volume(), &self.dir, group_id, epoch, config.window).await;
         let (window, dirty) = match read {
-            Ok(Some((found, window))) => (window, found != epoch),
+            // Written again under this owner's epoch if it is an older owner's, or if it may be
+            // what a failed write of this owner's left visible but not durable.
+            Ok(Some((found, window))) => (window, found != epoch || self.shares_unsure.contains(group_id)),
             Ok(None) if !create => return Ok(()),
             Ok(None) => {
                 // Read afresh: a group config set a moment ago on a peer may not have reached
@@ -394,11 +396,13 @@ impl<E: Env> PartitionActor<E> {
             match file::write(self.env.volume(), &self.dir, &group_id, epoch, window).await {
                 Ok(()) => {
                     self.shares.get_mut(&group_id).expect("dirty").dirty = false;
+                    self.shares_unsure.remove(&group_id);
                     written.push(group_id);
                 }
                 Err(e) => {
                     tracing::error!(dir = %self.dir, group = %group_id, error = %e, "cannot write a share partition's state");
                     self.shares.remove(&group_id);
+                    self.shares_unsure.insert(group_id);
                     failed = Some(e.to_string());
                 }
             }
@@ -423,6 +427,8 @@ impl<E: Env> PartitionActor<E> {
     /// asked for, and guards read before are not trusted.
     pub(super) fn forget_shares(&mut self) {
         self.shares.clear();
+        // A new epoch writes whatever it reads under its own name anyway.
+        self.shares_unsure.clear();
         self.share_ends.forget();
     }
 }

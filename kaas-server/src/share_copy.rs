@@ -1,0 +1,178 @@
+//! `kaas share-copy`: an exactly-once queue copier over KIP-1289's transactional share
+//! acknowledgements (kaas_client::share_copy): records taken from a share group on the input
+//! topic are written to the output topic and acknowledged inside one transaction per poll.
+//! Several copiers with the same group share the work; each needs its own transactional id.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kaas_client::share_consumer::{ShareConsumer, Unobserved};
+use kaas_client::share_copy::{CopyConfig, CopyHooks, ShareCopier, TxnEnd, TxnReport};
+use kaas_client::{Client, Quiet, Tcp};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    pub bootstrap: String,
+    pub group: String,
+    pub input: String,
+    pub output: String,
+    pub transactional_id: String,
+    pub max_records: Option<u64>,
+    pub abort_every: Option<u64>,
+    pub idle_exit_ms: u64,
+}
+
+pub fn parse(args: &[String]) -> Result<Args, String> {
+    let mut flags: Vec<(String, String)> = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let flag = arg.strip_prefix("--").ok_or_else(|| format!("unexpected argument {arg}"))?;
+        let (flag, value) = match flag.split_once('=') {
+            Some((f, v)) => (f.to_string(), v.to_string()),
+            None => (flag.to_string(), it.next().ok_or_else(|| format!("--{flag} needs a value"))?.clone()),
+        };
+        flags.push((flag, value));
+    }
+    for (flag, _) in &flags {
+        let known = [
+            "bootstrap",
+            "bootstrap-server",
+            "group",
+            "input",
+            "output",
+            "transactional-id",
+            "max-records",
+            "abort-every",
+            "idle-exit-ms",
+        ];
+        if !known.contains(&flag.as_str()) {
+            return Err(format!("unknown flag --{flag}"));
+        }
+    }
+    let get = |name: &str| flags.iter().rev().find(|(f, _)| f == name).map(|(_, v)| v.clone());
+    let required = |name: &str| get(name).ok_or_else(|| format!("--{name} is required"));
+    let number = |name: &str| -> Result<Option<u64>, String> {
+        get(name).map(|v| v.parse().map_err(|_| format!("--{name}: not a number: {v}"))).transpose()
+    };
+    Ok(Args {
+        bootstrap: get("bootstrap").or_else(|| get("bootstrap-server")).unwrap_or_else(|| "127.0.0.1:9092".into()),
+        group: required("group")?,
+        input: required("input")?,
+        output: required("output")?,
+        transactional_id: required("transactional-id")?,
+        max_records: number("max-records")?,
+        abort_every: number("abort-every")?.filter(|k| *k > 0),
+        idle_exit_ms: number("idle-exit-ms")?.unwrap_or(10_000),
+    })
+}
+
+/// Prints progress at most once a second, and every transaction that did not commit.
+struct Progress {
+    started: Instant,
+    last_print: Instant,
+    copied: u64,
+    committed: u64,
+    aborted: u64,
+}
+
+impl Progress {
+    fn line(&self) -> String {
+        let secs = self.started.elapsed().as_secs_f64();
+        format!(
+            "copied {} records in {} transactions ({} aborted), {:.1} s, {:.0} records/s",
+            self.copied,
+            self.committed,
+            self.aborted,
+            secs,
+            self.copied as f64 / secs.max(0.001)
+        )
+    }
+}
+
+impl CopyHooks for Progress {
+    fn ended(&mut self, txn: &TxnReport, end: TxnEnd) {
+        match end {
+            TxnEnd::Committed => {
+                self.copied += txn.inputs.len() as u64;
+                self.committed += 1;
+            }
+            TxnEnd::Aborted => {
+                self.aborted += 1;
+                let why = if txn.staged { "on purpose" } else { "a write or staging failed" };
+                println!("transaction {} aborted ({why}): its {} records come back", txn.number, txn.inputs.len());
+            }
+            TxnEnd::Fenced | TxnEnd::Unknown => {}
+        }
+        if self.last_print.elapsed() >= Duration::from_secs(1) {
+            self.last_print = Instant::now();
+            println!("{}", self.line());
+        }
+    }
+}
+
+pub async fn run(args: Args) -> Result<(), String> {
+    let bootstrap: Vec<String> = args.bootstrap.split(',').map(|s| s.trim().to_string()).collect();
+    let client = Client::new("kaas-share-copy", &bootstrap, Arc::new(Tcp), Arc::new(Quiet));
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let member_id = format!("share-copy-{}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff);
+    let consumer = ShareConsumer::new(client, &args.group, &args.input, &member_id);
+    let config = CopyConfig {
+        group: args.group.clone(),
+        input: args.input.clone(),
+        output: args.output.clone(),
+        transactional_id: args.transactional_id.clone(),
+        member_id,
+        max_records: args.max_records,
+        abort_every: args.abort_every,
+        idle_exit_ms: args.idle_exit_ms,
+        transaction_timeout_ms: 60_000,
+        poll_records: 500,
+    };
+    let mut copier = ShareCopier::new(consumer, config);
+    let now = Instant::now();
+    let mut progress = Progress { started: now, last_print: now, copied: 0, committed: 0, aborted: 0 };
+    println!(
+        "kaas share-copy: group {} from {} to {} as transactional id {}",
+        args.group, args.input, args.output, args.transactional_id
+    );
+    let report = copier.run(&mut progress, &mut Unobserved).await.map_err(|e| e.to_string())?;
+    println!("{}", progress.line());
+    println!(
+        "done: {} records copied, {} transactions committed, {} aborted",
+        report.copied, report.committed, report.aborted
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_parse_and_the_required_ones_are_required() {
+        let a = parse(&args(&[
+            "--bootstrap",
+            "h:1",
+            "--group",
+            "g",
+            "--input=in",
+            "--output",
+            "out",
+            "--transactional-id",
+            "t",
+            "--abort-every",
+            "3",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (a.bootstrap.as_str(), a.abort_every, a.idle_exit_ms, a.max_records),
+            ("h:1", Some(3), 10_000, None)
+        );
+        assert!(parse(&args(&["--group", "g", "--input", "in", "--output", "out"])).is_err(), "a transactional id");
+        assert!(parse(&args(&["--bogus", "1"])).is_err());
+    }
+}
