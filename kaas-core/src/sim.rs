@@ -107,10 +107,16 @@ pub enum Mutant {
     /// A share partition's owner answers from its window without checking that its lease still
     /// holds: a paused former owner accepts acknowledgements its successor never sees.
     ShareZombieOwnerAcks,
+    /// A transaction's markers reach a share partition and change nothing there: what it
+    /// staged waits for an end that has already come (KIP-1289).
+    ShareMarkersIgnored,
+    /// Staged acknowledgements keep their acquisition lock: a lock that runs out while the
+    /// transaction is open gives its records to another member (KIP-1289).
+    SharePendingLockExpires,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 35] = [
+    pub const ALL: [Mutant; 37] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -146,6 +152,8 @@ impl Mutant {
         Mutant::ShareLockIgnored,
         Mutant::ShareAcquireUnfenced,
         Mutant::ShareZombieOwnerAcks,
+        Mutant::ShareMarkersIgnored,
+        Mutant::SharePendingLockExpires,
     ];
 
     pub fn name(self) -> &'static str {
@@ -185,6 +193,8 @@ impl Mutant {
             Mutant::ShareLockIgnored => "share-lock-ignored",
             Mutant::ShareAcquireUnfenced => "share-acquire-unfenced",
             Mutant::ShareZombieOwnerAcks => "share-zombie-owner-acks",
+            Mutant::ShareMarkersIgnored => "share-markers-ignored",
+            Mutant::SharePendingLockExpires => "share-pending-lock-expires",
         }
     }
 

@@ -158,6 +158,18 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["redelivered-after-accept", "double-acquisition", "delivery-count-backwards"],
         scenarios: &["share"],
     },
+    MutantSpec {
+        mutant: Mutant::ShareMarkersIgnored,
+        catches: &["not-acknowledged"],
+        scenarios: &["kip1289-abort", "kip1289-crash-after-commit"],
+    },
+    MutantSpec {
+        mutant: Mutant::SharePendingLockExpires,
+        // A record let go while its transaction is open (its commit slowed by the coordinator's
+        // crash) is copied again by another member.
+        catches: &["copy-duplicated", "redelivered-after-accept", "double-acquisition"],
+        scenarios: &["kip1289-crash-after-commit", "kip1289-zombie"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

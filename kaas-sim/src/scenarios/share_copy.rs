@@ -101,11 +101,12 @@ impl ShareCopy {
                 common.arm(common::crash_point(&mut rng, &sites, 4));
             }
             Case::Zombie => {
-                // Past the member's session, within its locks: only the member check stands
-                // between a zombie without a successor and its staging.
+                // Past the member's session: only the member check stands between a zombie
+                // without a successor and its staging. Some pauses outlast the locks too, so that
+                // a transaction left open (staged, not ended) must hold its records by itself.
                 world.successor = rng.random_bool(0.5);
                 world.lock_duration_ms = rng.random_range(10_000..=15_000);
-                world.pause_ms = (u64::from(session_timeout_ms as u32) + 2_000, 8_000);
+                world.pause_ms = (u64::from(session_timeout_ms as u32) + 2_000, world.lock_duration_ms as u64 + 8_000);
                 world.transaction_timeout_ms = 60_000;
                 world.stop_per_mille = rng.random_range(50..200);
             }

@@ -125,7 +125,7 @@ impl<E: Env> PartitionActor<E> {
                     let _ = reply.send(Err(e));
                     return;
                 }
-                if self.shares.contains_key(&group_id) {
+                if self.shares.contains_key(&group_id) && !crate::mutant!(ShareMarkersIgnored) {
                     self.share_apply(&group_id, Event::CompleteTxn { producer_id, producer_epoch, commit });
                 }
                 self.share_replies.push(ShareReply::Done(reply));

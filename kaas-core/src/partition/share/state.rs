@@ -173,7 +173,9 @@ impl InFlight {
         let (member, lock, staged) = (self.member.is_some(), self.lock_expires_ms.is_some(), self.staged.is_some());
         let holds = match self.state {
             RecordState::Acquired => member && lock && !staged && self.delivery_count >= 1,
-            RecordState::TxPending => member && !lock && staged && self.delivery_count >= 1,
+            RecordState::TxPending => {
+                member && (!lock || crate::mutant!(SharePendingLockExpires)) && staged && self.delivery_count >= 1
+            }
             RecordState::Available | RecordState::Acknowledged | RecordState::Archived => !member && !lock && !staged,
         };
         (!holds).then_some("an entry's member, lock and transaction are those of its state")
@@ -377,7 +379,10 @@ impl ShareWindow {
                     .map(|(o, _)| *o)
                     .collect();
                 for offset in expired {
-                    if self.records[&offset].state == RecordState::Acquired {
+                    let state = self.records[&offset].state;
+                    if state == RecordState::Acquired
+                        || (state == RecordState::TxPending && crate::mutant!(SharePendingLockExpires))
+                    {
                         self.let_go(offset);
                         // A record let go at its delivery limit is archived, and the start may
                         // move past it: a reader of the file must see that too.
@@ -583,7 +588,8 @@ impl ShareWindow {
                 state: RecordState::TxPending,
                 delivery_count: entry.delivery_count,
                 member: entry.member.clone(),
-                lock_expires_ms: None,
+                // The transaction holds the record now, not the lock.
+                lock_expires_ms: entry.lock_expires_ms.filter(|_| crate::mutant!(SharePendingLockExpires)),
                 staged: Some(StagedIn { producer_id, producer_epoch, outcome }),
             };
             self.set(offset, next);
