@@ -7,7 +7,9 @@
 #    it plants and passes without it;
 # 3. a fixed window of seeds of every scenario, the same for every run of a commit, its first
 #    quarter run twice to check determinism;
-# 4. a rotating window that moves on every day, so CI explores rather than repeats.
+# 4. a rotating window that moves on every day, so CI explores rather than repeats;
+# 5. the corner-case matrix over both windows (`kaas-sim coverage`): every crash point, BUGGIFY
+#    site, fault kind, KIP-1289 case and placement, with how many worlds reached it.
 # Seeds run in parallel on every core. Fails on any violation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,8 @@ SLOW_SHARE=4
 cargo build --profile sim -p kaas-sim
 sim=target/sim/kaas-sim
 status=0
+coverage=target/sim-coverage.jsonl
+rm -f "$coverage"
 shopt -s nullglob
 files=(sim-seeds/*.json)
 if [ ${#files[@]} -gt 0 ]; then
@@ -36,18 +40,20 @@ section "kaas-sim mutants --seeds 0..$MUTANT_SEEDS"
 # nondeterminism shows within a few hundred worlds, and the rest of the window runs once.
 TWICE=$((FIXED / 4))
 section "kaas-sim run --seeds 0..$FIXED (fixed window, 0..$TWICE twice; $SLOW 0..$((FIXED / SLOW_SHARE)))"
-"$sim" run --seeds "0..$TWICE" --skip "$SLOW" --check-determinism > target/sim-fixed.txt || status=1
-"$sim" run --seeds "$TWICE..$FIXED" --skip "$SLOW" >> target/sim-fixed.txt || status=1
-"$sim" run --scenario "$SLOW" --seeds "0..$((TWICE / SLOW_SHARE))" --check-determinism >> target/sim-fixed.txt || status=1
-"$sim" run --scenario "$SLOW" --seeds "$((TWICE / SLOW_SHARE))..$((FIXED / SLOW_SHARE))" >> target/sim-fixed.txt || status=1
+"$sim" run --seeds "0..$TWICE" --skip "$SLOW" --check-determinism --coverage "$coverage" > target/sim-fixed.txt || status=1
+"$sim" run --seeds "$TWICE..$FIXED" --skip "$SLOW" --coverage "$coverage" >> target/sim-fixed.txt || status=1
+"$sim" run --scenario "$SLOW" --seeds "0..$((TWICE / SLOW_SHARE))" --check-determinism --coverage "$coverage" >> target/sim-fixed.txt || status=1
+"$sim" run --scenario "$SLOW" --seeds "$((TWICE / SLOW_SHARE))..$((FIXED / SLOW_SHARE))" --coverage "$coverage" >> target/sim-fixed.txt || status=1
 start=$(( 1000000 + $(date +%s) / 86400 * 10000 ))
 section "kaas-sim run --seeds $start..$((start + ROTATING)) (today's window; $SLOW a quarter)"
-"$sim" run --seeds "$start..$((start + ROTATING))" --skip "$SLOW" > target/sim-rotating.txt || status=1
-"$sim" run --scenario "$SLOW" --seeds "$start..$((start + ROTATING / SLOW_SHARE))" >> target/sim-rotating.txt || status=1
+"$sim" run --seeds "$start..$((start + ROTATING))" --skip "$SLOW" --coverage "$coverage" > target/sim-rotating.txt || status=1
+"$sim" run --scenario "$SLOW" --seeds "$start..$((start + ROTATING / SLOW_SHARE))" --coverage "$coverage" >> target/sim-rotating.txt || status=1
 for batch in target/sim-fixed.txt target/sim-rotating.txt; do
   echo "-- $batch: $(grep -c 'result=pass' "$batch") seeds passed"
   grep '^summary\|^batch' "$batch" || true
   grep -A5 'result=fail' "$batch" || true
 done
+section "kaas-sim coverage (both windows)"
+"$sim" coverage "$coverage" || status=1
 echo "== ci/sim.sh done in ${SECONDS} s"
 exit $status

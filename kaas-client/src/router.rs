@@ -128,6 +128,17 @@ impl Client {
         }
     }
 
+    /// The coordinator of `key` (key type 0 a group, 1 a transactional id) as last found,
+    /// without asking.
+    pub fn known_coordinator(&self, key_type: i8, key: &str) -> Option<&str> {
+        self.coordinators.get(&(key_type, key.to_string())).map(String::as_str)
+    }
+
+    /// The leader of a partition as last learnt, without asking.
+    pub fn known_leader(&self, topic: &str, partition: i32) -> Option<&str> {
+        self.leaders.get(&(topic.to_string(), partition)).map(String::as_str)
+    }
+
     /// The connector's wall clock (`Connector::now_ms`).
     pub fn now_ms(&self) -> i64 {
         self.connector.now_ms()

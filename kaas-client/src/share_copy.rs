@@ -9,7 +9,7 @@
 //! The steps are the corner cases of KIP-1289 (`Step`): a `CopyHooks` hears each and may stop
 //! the copier there (the simulator crashes or pauses it); `kaas share-copy` runs it with none.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -79,6 +79,20 @@ pub struct TxnReport {
     pub staged: bool,
     /// Whether it was to commit (false: an abort, on purpose or after a failure).
     pub commit: bool,
+    /// The output partitions it wrote to, and how many of them were written before one failed.
+    pub outputs: usize,
+    pub written: usize,
+    /// Where its parts were, as the copier's routes knew them once it staged.
+    pub placement: Placement,
+}
+
+/// Which brokers a transaction's parts were on: its coordinator, its output partitions' leaders,
+/// and the share partitions its inputs came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placement {
+    pub coordinator: Option<String>,
+    pub outputs: BTreeSet<String>,
+    pub shares: BTreeSet<String>,
 }
 
 /// How a transaction ended, as EndTxn answered.
@@ -246,17 +260,21 @@ impl ShareCopier {
             member_epoch: self.consumer.member_epoch,
             inputs: deliveries.iter().map(|d| (d.partition, d.record.offset, d.record.delivery_count)).collect(),
             staged: false,
+            outputs: 0,
+            written: 0,
+            placement: Placement::default(),
             commit: !self.config.abort_every.is_some_and(|k| k > 0 && self.transactions.is_multiple_of(k)),
         };
         if hooks.at(Step::Polled, &txn).await == Go::Stop {
             return Ok(Go::Stop);
         }
-        let produced = self.produce(deliveries).await?;
+        let produced = self.produce(deliveries, &mut txn).await?;
         if hooks.at(Step::Produced, &txn).await == Go::Stop {
             return Ok(Go::Stop);
         }
         let staged = produced && self.stage(deliveries, &txn, hooks, observer).await?;
         txn.staged = staged;
+        txn.placement = self.placement(deliveries);
         txn.commit &= staged;
         if hooks.at(Step::Staged, &txn).await == Go::Stop {
             return Ok(Go::Stop);
@@ -286,12 +304,13 @@ impl ShareCopier {
 
     /// Writes each delivery's message to the output, partition by partition: whether all were
     /// written.
-    async fn produce(&mut self, deliveries: &[Delivery]) -> Result<bool, CopyError> {
+    async fn produce(&mut self, deliveries: &[Delivery], txn: &mut TxnReport) -> Result<bool, CopyError> {
         let n = self.output_partitions.max(1);
         let mut by_partition: BTreeMap<i32, Vec<Message>> = BTreeMap::new();
         for d in deliveries {
             by_partition.entry(d.partition % n).or_default().push(d.record.message.clone());
         }
+        txn.outputs = by_partition.len();
         let tid = self.config.transactional_id.clone();
         let output = self.config.output.clone();
         for (p, messages) in by_partition {
@@ -303,6 +322,7 @@ impl ShareCopier {
             match outcome {
                 Outcome::Ok(_) => {
                     self.sequences.insert(p, base_sequence + messages.len() as i32);
+                    txn.written += 1;
                 }
                 Outcome::Failed(code) if fenced(code) => return Err(CopyError::Fenced),
                 // Written or not, the transaction is aborted: its outputs are never read.
@@ -310,6 +330,21 @@ impl ShareCopier {
             }
         }
         Ok(true)
+    }
+
+    /// Where the transaction's parts are, as this copier's routes know them.
+    fn placement(&self, deliveries: &[Delivery]) -> Placement {
+        let client = &self.consumer.client;
+        let n = self.output_partitions.max(1);
+        Placement {
+            coordinator: client.known_coordinator(1, &self.config.transactional_id).map(str::to_string),
+            outputs: deliveries
+                .iter()
+                .filter_map(|d| client.known_leader(&self.config.output, d.partition % n))
+                .map(str::to_string)
+                .collect(),
+            shares: deliveries.iter().map(|d| d.broker.clone()).collect(),
+        }
     }
 
     /// Stages the deliveries' acceptance with the brokers they came from: whether all were.

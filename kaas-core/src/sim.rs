@@ -11,7 +11,7 @@
 //! one run sees exactly the mutant and the BUGGIFY seed it was given.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -273,7 +273,11 @@ pub fn buggify(site: &'static str) -> bool {
     BUGGIFY.with(|b| {
         let mut b = b.borrow_mut();
         let Some(Buggify { rng, sites }) = b.as_mut() else { return false };
-        sites.contains(site) && rng.random_bool(SITE_FIRES)
+        let fires = sites.contains(site) && rng.random_bool(SITE_FIRES);
+        if fires {
+            reach(format!("buggify {site}"));
+        }
+        fires
     })
 }
 
@@ -306,6 +310,7 @@ pub fn crash_point(site: &'static str) -> bool {
         point.requested = point.visits_left == 0;
         if point.requested {
             tracing::info!(site, "the armed crash point is reached");
+            reach(format!("crash-point {site}"));
         }
         point.requested
     })
@@ -314,4 +319,25 @@ pub fn crash_point(site: &'static str) -> bool {
 /// True once after the armed crash point was reached: the simulator's cue to crash.
 pub fn take_crash_request() -> bool {
     CRASH_POINT.with(|c| c.borrow_mut().as_mut().is_some_and(|p| std::mem::take(&mut p.requested)))
+}
+
+thread_local! {
+    static REACHED: RefCell<BTreeMap<String, u64>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Counts a visit of a cell of the corner-case matrix (`kaas-sim coverage`): a crash point
+/// reached, a BUGGIFY site fired, a fault applied, a corner case taken. Observes, decides
+/// nothing.
+pub fn reach(cell: impl Into<String>) {
+    REACHED.with(|r| *r.borrow_mut().entry(cell.into()).or_default() += 1);
+}
+
+/// How often `cell` was reached since the last `take_reached`.
+pub fn reached(cell: &str) -> u64 {
+    REACHED.with(|r| r.borrow().get(cell).copied().unwrap_or(0))
+}
+
+/// The cells reached since the last call, and their visits; the count starts again.
+pub fn take_reached() -> BTreeMap<String, u64> {
+    REACHED.with(|r| std::mem::take(&mut *r.borrow_mut()))
 }

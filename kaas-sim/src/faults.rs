@@ -47,6 +47,26 @@ pub enum Fault {
     ClockRate { host: String, ppm: i64 },
 }
 
+impl Fault {
+    /// Every kind of fault, by its name in a world file.
+    pub const KINDS: [&str; 8] =
+        ["crash", "graceful-restart", "partition", "hold", "pause", "volume-partition", "clock-step", "clock-rate"];
+
+    /// Its name in a world file.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Crash { .. } => "crash",
+            Fault::GracefulRestart { .. } => "graceful-restart",
+            Fault::Partition { .. } => "partition",
+            Fault::Hold { .. } => "hold",
+            Fault::Pause { .. } => "pause",
+            Fault::VolumePartition { .. } => "volume-partition",
+            Fault::ClockStep { .. } => "clock-step",
+            Fault::ClockRate { .. } => "clock-rate",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Planned {
     pub at: Trigger,
@@ -126,7 +146,9 @@ pub fn drive(
             Trigger::Progress(n) => done >= n,
             Trigger::Millis(t) => now_ms >= t,
         }) {
-            match plan.remove(i).fault {
+            let fault = plan.remove(i).fault;
+            kaas_core::sim::reach(format!("fault {}", fault.kind()));
+            match fault {
                 Fault::Crash { host } => {
                     crash(sim, volume, brokers, &host);
                     stopping.remove(&host);

@@ -5,6 +5,7 @@
 
 pub mod checkers;
 pub mod client;
+pub mod coverage;
 pub mod env;
 pub mod faults;
 pub mod history;

@@ -6,6 +6,8 @@
 //!              [--jobs N] [--wall-limit-s S]
 //! kaas-sim replay sim-seeds/FILE.json [FILE...]
 //! kaas-sim mutants [--seeds A..B] [--only NAME[,NAME...]] [--jobs N]
+//! kaas-sim coverage FILE [FILE...]
+//! kaas-sim help
 //! ```
 //!
 //! Every world runs in a process of its own (`run-one`), several at once (`--jobs`, by default
@@ -45,11 +47,18 @@ const WALL_LIMIT_S: u64 = 300;
 const KILL_MARGIN: Duration = Duration::from_secs(30);
 
 const USAGE: &str = "usage:
-  kaas-sim list
+  kaas-sim list                 the scenarios, one a line
   kaas-sim run [--scenario NAME | --skip NAME[,NAME...]] (--seed N | --seeds A..B) [--check-determinism] [--mutant NAME]
-               [--jobs N] [--wall-limit-s S]
+               [--jobs N] [--wall-limit-s S] [--coverage FILE]
+                                run worlds by seed; --coverage appends each world's reached cells to FILE
   kaas-sim replay sim-seeds/FILE.json [FILE...]
+                                run the worlds seed files hold
   kaas-sim mutants [--seeds A..B] [--only NAME[,NAME...]] [--jobs N]
+                                hunt each deliberate bug until a world catches it
+  kaas-sim coverage FILE [FILE...]
+                                the corner-case matrix over runs' --coverage files: each crash point,
+                                BUGGIFY site, fault kind, KIP-1289 case and placement, with its worlds
+  kaas-sim help                 this
 A failing seed writes sim-seeds/<scenario>-<seed>.json (the whole world it drew) and its
 history (every client call and outcome, JSONL) under target/sim-history/; KAAS_SIM_HISTORY=1
 writes histories of passing seeds too.";
@@ -77,6 +86,11 @@ fn dispatch(args: &[String]) -> Result<bool, String> {
         Some("run") => run_seeds(&args[1..]),
         Some("replay") => replay(&args[1..]),
         Some("mutants") => hunt_mutants(&args[1..]),
+        Some("coverage") => coverage(&args[1..]),
+        Some("help" | "--help" | "-h") => {
+            say!("{USAGE}");
+            Ok(true)
+        }
         Some("run-one") => run_one(),
         _ => Err("unknown command".into()),
     }
@@ -262,10 +276,16 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
     let mut mutant = None;
     let mut jobs = default_jobs();
     let mut wall_limit = Duration::from_secs(WALL_LIMIT_S);
+    let mut coverage: Option<std::fs::File> = None;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
+            "--coverage" => {
+                let path = value()?;
+                let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+                coverage = Some(file.map_err(|e| format!("--coverage {path}: {e}"))?);
+            }
             "--scenario" => scenario = Some(scenario_named(value()?)?),
             "--skip" => {
                 for name in value()?.split(',') {
@@ -309,6 +329,17 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
                 .push(format!("nondeterminism: trace {:016x} then {:016x}", result.trace, again.result.trace));
         }
         report(job, &result, runs[0].wall_s, true);
+        if let Some(file) = coverage.as_mut() {
+            let cells = kaas_sim::coverage::WorldCells {
+                scenario: job.scenario.name.to_string(),
+                seed: job.seed,
+                reached: result.reached.clone(),
+            };
+            let line = serde_json::to_string(&cells).expect("cells serialize");
+            if let Err(e) = writeln!(file, "{line}") {
+                say!("cannot write the coverage file: {e}");
+            }
+        }
         let t = totals.entry(job.scenario.name).or_default();
         t.0 += 1;
         t.1 += usize::from(result.pass);
@@ -333,6 +364,26 @@ fn run_seeds(args: &[String]) -> Result<bool, String> {
         say!("batch runs={} jobs={jobs} wall_s={:.1}", work.len() * runs_per_job, started.elapsed().as_secs_f64());
     }
     Ok(all_passed)
+}
+
+/// Adds up coverage files (`run --coverage`) and prints the matrix. Cells nobody reached are
+/// shown, not failed: a run explores what its seeds drew.
+fn coverage(paths: &[String]) -> Result<bool, String> {
+    if paths.is_empty() {
+        return Err("coverage needs a file written by run --coverage".into());
+    }
+    let mut tally = kaas_sim::coverage::Tally::default();
+    for path in paths {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let world: kaas_sim::coverage::WorldCells =
+                serde_json::from_str(line).map_err(|e| format!("{path}:{}: {e}", n + 1))?;
+            tally.add(&world);
+        }
+    }
+    let (table, _) = tally.render();
+    say!("{}", table.trim_end());
+    Ok(true)
 }
 
 /// Prints one run's line (and violations); writes its seed file if it failed and `keep` says so.

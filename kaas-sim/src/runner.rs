@@ -109,6 +109,7 @@ pub fn run_world(
     WALL_DEADLINE.with(|d| d.set(Some(Instant::now() + wall_limit)));
     HISTORY.with(|h| *h.borrow_mut() = None);
     let started = Instant::now();
+    kaas_core::sim::take_reached();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| (scenario.run)(seed, world)));
     let result: RunResult = match outcome {
         Ok(result) => result?,
@@ -125,5 +126,6 @@ pub fn run_world(
         }
     };
     kaas_core::sim::set_mutant(None);
-    Ok(RunResult { wall_seconds: started.elapsed().as_secs_f64(), ..result })
+    let reached = kaas_core::sim::take_reached();
+    Ok(RunResult { wall_seconds: started.elapsed().as_secs_f64(), reached, ..result })
 }

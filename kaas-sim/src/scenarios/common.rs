@@ -268,6 +268,7 @@ impl Run<'_> {
             wall_seconds: 0.0,
             violations,
             history,
+            reached: Default::default(),
         }
     }
 }

@@ -33,6 +33,10 @@ pub struct RunResult {
     /// Where a failing run's JSONL history (every client call, outcome and time) was written.
     #[serde(default)]
     pub history: Option<String>,
+    /// The cells of the corner-case matrix the run reached, and how often (`kaas-sim coverage`);
+    /// not part of the trace.
+    #[serde(default)]
+    pub reached: std::collections::BTreeMap<String, u64>,
 }
 
 /// The class of a violation: what precedes its first colon (`lost-write`, `assertion`).

@@ -145,6 +145,13 @@ impl ShareCopy {
         run.sim.client("clients", workload(self.clone(), world.clone(), members.clone(), found.clone()));
         let accepted = || members.lock().unwrap().accepted;
         let mut violations = run.drive(&self.common, accepted, LIVENESS_MS);
+        if self.case == Case::CrashAfterCommit
+            && ["txn.after_prepare", "txn.between_markers"]
+                .iter()
+                .any(|site| kaas_core::sim::reached(&format!("crash-point {site}")) > 0)
+        {
+            share_copier::reach_case(Case::CrashAfterCommit, "");
+        }
         violations.extend(world.lock().unwrap().violations.iter().cloned());
         if violations.is_empty() {
             let mut log = std::mem::take(&mut members.lock().unwrap().log);

@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use kaas_client::share_consumer::ShareConsumer;
-use kaas_client::share_copy::{CopyConfig, CopyHooks, Go, ShareCopier, Step, TxnEnd, TxnReport};
+use kaas_client::share_copy::{CopyConfig, CopyHooks, Go, Placement, ShareCopier, Step, TxnEnd, TxnReport};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -126,6 +126,7 @@ impl CopyHooks for Hooks {
             }
             if self.plan.case != Case::Zombie {
                 self.beat_client.record("crash", "ok", serde_json::json!({"step": format!("{step:?}")}));
+                reach_case(self.plan.case, "");
                 return Go::Stop;
             }
             let away_ms = self.rng.random_range(self.plan.pause_ms.0..=self.plan.pause_ms.1);
@@ -136,6 +137,13 @@ impl CopyHooks for Hooks {
             tokio::time::sleep(Duration::from_millis(away_ms)).await;
             self.zombie = true;
             self.come_back(txn.member_epoch).await;
+            let how = match (step, self.plan.successor) {
+                (Step::Produced, true) => " (before staging, fenced by a successor)",
+                (Step::Produced, false) => " (before staging, no successor)",
+                (_, true) => " (staged, fenced by a successor)",
+                (_, false) => " (staged, no successor)",
+            };
+            reach_case(Case::Zombie, how);
             Go::On
         })
     }
@@ -147,6 +155,15 @@ impl CopyHooks for Hooks {
 
     fn ended(&mut self, txn: &TxnReport, end: TxnEnd) {
         let received = self.history.next_seq();
+        if txn.written > 0 && txn.written < txn.outputs {
+            reach_case(Case::PartialProduce, "");
+        }
+        if self.plan.abort_every.is_some() && txn.staged && !txn.commit && end == TxnEnd::Aborted {
+            reach_case(Case::ExplicitAbort, "");
+        }
+        if txn.staged {
+            kaas_core::sim::reach(placement_cell(&txn.placement));
+        }
         let detail = serde_json::json!({"number": txn.number, "ids": txn.ids, "inputs": txn.inputs.len(), "end": format!("{end:?}")});
         self.beat_client.record("copy-txn", "ok", detail);
         if end != TxnEnd::Committed {
@@ -166,6 +183,63 @@ impl CopyHooks for Hooks {
             });
         }
     }
+}
+
+/// Counts a world's visit of a KIP-1289 corner case (`kaas-sim coverage`).
+pub fn reach_case(case: Case, how: &str) {
+    kaas_core::sim::reach(format!("kip1289 {}{how}", case.name()));
+}
+
+impl Case {
+    pub const ALL: [Case; 7] = [
+        Case::CrashBeforeBegin,
+        Case::CrashAfterSend,
+        Case::CrashAfterStage,
+        Case::CrashAfterCommit,
+        Case::Zombie,
+        Case::ExplicitAbort,
+        Case::PartialProduce,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::CrashBeforeBegin => "crash-before-begin",
+            Case::CrashAfterSend => "crash-after-send",
+            Case::CrashAfterStage => "crash-after-stage",
+            Case::CrashAfterCommit => "crash-after-commit",
+            Case::Zombie => "zombie",
+            Case::ExplicitAbort => "abort",
+            Case::PartialProduce => "partial-produce",
+        }
+    }
+}
+
+/// Every placement cell: whether the transaction coordinator, the output partitions and the
+/// share partitions of one staged transaction were on one broker or apart.
+pub fn placement_cells() -> Vec<String> {
+    let mut cells = Vec::new();
+    for coordinator in ["with", "apart from"] {
+        for output in ["with", "apart from"] {
+            cells.push(format!("placement coordinator {coordinator} the share partitions, outputs {output} them"));
+        }
+    }
+    cells
+}
+
+fn placement_cell(p: &Placement) -> String {
+    let with = |brokers: &mut dyn Iterator<Item = &String>| {
+        let mut brokers = brokers.peekable();
+        if brokers.peek().is_none() {
+            return "apart from";
+        }
+        match brokers.all(|b| p.shares.contains(b)) {
+            true => "with",
+            false => "apart from",
+        }
+    };
+    let coordinator = with(&mut p.coordinator.iter());
+    let output = with(&mut p.outputs.iter());
+    format!("placement coordinator {coordinator} the share partitions, outputs {output} them")
 }
 
 /// One copier instance: copies until idle, done, or stopped by its hooks.
