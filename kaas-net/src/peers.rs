@@ -44,6 +44,7 @@ const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 const ADD_PARTITIONS_TO_TXN_VERSION: i16 = 4;
 const SHARE_GROUP_DESCRIBE_VERSION: i16 = 1;
 const ALTER_SHARE_GROUP_OFFSETS_VERSION: i16 = 0;
+const DESCRIBE_SHARE_GROUP_OFFSETS_VERSION: i16 = 1;
 
 /// One call as a link sends it: the encoded request and what to do with the answer's body
 /// (`None`: no answer came).
@@ -92,6 +93,9 @@ fn job_of(call: PeerCall) -> (Endpoint, Job) {
         }
         PeerCall::ResetShare { to, group_id, topic, partition, start_offset, reply } => {
             (to, reset_share(group_id, topic, partition, start_offset, reply))
+        }
+        PeerCall::DescribeShare { to, group_id, topic, partition, reply } => {
+            (to, describe_share(group_id, topic, partition, reply))
         }
     }
 }
@@ -277,6 +281,50 @@ fn reset_share(
                     let code = r.responses.iter().flat_map(|t| &t.partitions).map(|p| p.error_code).next();
                     code.map_or(Err(CoreError::CoordinatorNotAvailable), error::from_code)
                 }
+            };
+            let _ = reply.send(result);
+        }),
+    }
+}
+
+/// DescribeShareGroupOffsets of one partition, asked of its owner, which answers for the share
+/// partitions it owns whoever coordinates the group.
+fn describe_share(
+    group_id: String,
+    topic_name: String,
+    partition: i32,
+    reply: oneshot::Sender<CoreResult<Option<kaas_core::partition::share::ShareOffsets>>>,
+) -> Job {
+    use describe_share_group_offsets_request::{
+        DescribeShareGroupOffsetsRequestGroup, DescribeShareGroupOffsetsRequestTopic,
+    };
+    let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default().with_group_id(GroupId(text(&group_id))).with_topics(Some(
+            vec![
+                DescribeShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(topic(&topic_name))
+                    .with_partitions(vec![partition]),
+            ],
+        )),
+    ]);
+    Job {
+        key: ApiKey::DescribeShareGroupOffsets,
+        version: DESCRIBE_SHARE_GROUP_OFFSETS_VERSION,
+        encode: encoder(request, DESCRIBE_SHARE_GROUP_OFFSETS_VERSION),
+        answer: Box::new(move |body| {
+            let response: Option<DescribeShareGroupOffsetsResponse> =
+                body.and_then(|b| decode(b, DESCRIBE_SHARE_GROUP_OFFSETS_VERSION));
+            let result = match response.and_then(|r| r.groups.into_iter().next()) {
+                None => Err(CoreError::CoordinatorNotAvailable),
+                Some(g) if g.error_code != 0 => error::from_code(g.error_code).map(|()| None),
+                Some(g) => match g.topics.iter().flat_map(|t| &t.partitions).next() {
+                    None => Err(CoreError::CoordinatorNotAvailable),
+                    Some(p) if p.error_code != 0 => error::from_code(p.error_code).map(|()| None),
+                    Some(p) if p.start_offset < 0 => Ok(None),
+                    Some(p) => {
+                        Ok(Some(kaas_core::partition::share::ShareOffsets { start_offset: p.start_offset, lag: p.lag }))
+                    }
+                },
             };
             let _ = reply.send(result);
         }),

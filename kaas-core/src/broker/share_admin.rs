@@ -1,10 +1,10 @@
 //! The share group offsets APIs (KIP-932, KIP-1226): DescribeShareGroupOffsets,
 //! AlterShareGroupOffsets and DeleteShareGroupOffsets, answered by the group's coordinator over
 //! the share partitions, which live with their partitions. A share partition this broker owns
-//! is asked of its actor; one a peer owns is described from its file on the volume (its start
-//! offset; its lag is the owner's to know, -1 here), and reset by the owner, called as a peer:
-//! a broker that does not coordinate the group applies an Alter or Delete to the share
-//! partitions it owns itself.
+//! is asked of its actor; one a peer owns is described and reset by its owner, called as a
+//! peer (a broker that does not coordinate the group answers for, or applies an Alter or
+//! Delete to, the share partitions it owns itself). If the owner cannot be asked, a share
+//! partition is described from its file on the volume: its start offset, lag unknown (-1).
 
 use tokio::sync::oneshot;
 
@@ -29,14 +29,20 @@ impl<E: Env> Broker<E> {
     }
 
     /// DescribeShareGroupOffsets of one group: the named topics' partitions (`None`: every
-    /// partition the group has a share partition of).
+    /// partition the group has a share partition of). `from_peer`: the group's coordinator on a
+    /// peer asks of the share partitions this broker owns.
     pub async fn describe_share_offsets(
         &self,
         group_id: &str,
         topics: Option<Vec<(String, Vec<i32>)>>,
+        from_peer: bool,
     ) -> CoreResult<Vec<ShareTopicOffsets>> {
-        self.share_group_here(group_id).await?;
+        let coordinated_here = self.membership.view().peer_owning(&crate::cluster::group_key(group_id)).is_none();
+        if coordinated_here || !from_peer {
+            self.share_group_here(group_id).await?;
+        }
         let snapshot = self.topics.snapshot();
+        let view = self.membership.view();
         let wanted: Vec<(String, Option<Vec<i32>>)> = match topics {
             Some(topics) => topics.into_iter().map(|(t, ps)| (t, Some(ps))).collect(),
             None => snapshot.topics.keys().map(|t| (t.clone(), None)).collect(),
@@ -63,7 +69,20 @@ impl<E: Env> Broker<E> {
                         handle.share(ShareCommand::Offsets { group_id: group_id.to_string(), reply }).await;
                         asked.await.unwrap_or(Err(CoreError::NotLeaderOrFollower))
                     }
-                    Some(_) => self.share_offsets_from_file(group_id, &topic, p).await,
+                    Some(_) if !coordinated_here => Err(CoreError::NotLeaderOrFollower),
+                    // Its owner knows its lag; if the owner cannot be asked, the file tells the
+                    // start at least.
+                    Some(_) => {
+                        let owner = snapshot.owner(&topic, p, &view).and_then(|o| view.endpoint_of(o));
+                        let asked = match owner {
+                            Some(peer) => self.peers.describe_share_partition(peer, group_id, &topic, p).await,
+                            None => Err(CoreError::NotLeaderOrFollower),
+                        };
+                        match asked {
+                            Ok(offsets) => Ok(offsets),
+                            Err(_) => self.share_offsets_from_file(group_id, &topic, p).await,
+                        }
+                    }
                 };
                 // Asked for every partition: only those the group consumes.
                 if all && matches!(offsets, Ok(None)) {

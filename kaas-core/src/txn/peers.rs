@@ -74,6 +74,15 @@ pub enum PeerCall {
         start_offset: Option<i64>,
         reply: oneshot::Sender<CoreResult<()>>,
     },
+    /// Answered with one of the share partitions the peer owns, as its window has it: the start
+    /// offset and lag (DescribeShareGroupOffsets), or `None` if the group never consumed it.
+    DescribeShare {
+        to: Endpoint,
+        group_id: String,
+        topic: String,
+        partition: i32,
+        reply: oneshot::Sender<CoreResult<Option<crate::partition::share::ShareOffsets>>>,
+    },
     /// Answered Ok if `member` is in the producer's open transaction (or, `Join::Add`, added).
     Verify {
         to: Endpoint,
@@ -154,6 +163,19 @@ impl PeersHandle {
     ) -> CoreResult<()> {
         let (group_id, topic) = (group_id.to_string(), topic.to_string());
         let call = |reply| PeerCall::ResetShare { to, group_id, topic, partition, start_offset, reply };
+        self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    /// One share partition's start offset and lag, as its owner on a peer has them.
+    pub async fn describe_share_partition(
+        &self,
+        to: Endpoint,
+        group_id: &str,
+        topic: &str,
+        partition: i32,
+    ) -> CoreResult<Option<crate::partition::share::ShareOffsets>> {
+        let (group_id, topic) = (group_id.to_string(), topic.to_string());
+        let call = |reply| PeerCall::DescribeShare { to, group_id, topic, partition, reply };
         self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
     }
 

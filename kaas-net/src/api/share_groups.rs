@@ -169,7 +169,7 @@ fn error_of(result: &kaas_core::CoreResult<()>) -> (i16, Option<kafka_protocol::
 
 pub async fn describe_offsets<E: Env>(
     ctx: &Context<E>,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     request: DescribeShareGroupOffsetsRequest,
 ) -> DescribeShareGroupOffsetsResponse {
     use describe_share_group_offsets_response::{
@@ -181,7 +181,8 @@ pub async fn describe_offsets<E: Env>(
         let topics =
             g.topics.as_ref().map(|ts| ts.iter().map(|t| (t.topic_name.0.to_string(), t.partitions.clone())).collect());
         let group = Group::default().with_group_id(g.group_id.clone());
-        let described = match ctx.broker.describe_share_offsets(&g.group_id.0, topics).await {
+        let from_peer = kaas_core::txn::peers::is_peer_client(header.client_id.as_deref());
+        let described = match ctx.broker.describe_share_offsets(&g.group_id.0, topics, from_peer).await {
             Ok(described) => described,
             Err(e) => {
                 let (code, message) = error_of(&Err(e));
