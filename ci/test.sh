@@ -30,6 +30,8 @@ section "client scripts"
 bash ci/clients.sh
 section "exactly-once copies under broker kills (TransactionalMessageCopier, franz-go)"
 bash ci/kills.sh
+section "exactly-once queues under broker kills (kaas share-copy, KIP-1289)"
+bash ci/share_kills.sh
 section "Kubernetes manifests (schema validation)"
 bash ci/deploy.sh
 echo "== ci/test.sh done in ${SECONDS} s"

@@ -23,6 +23,12 @@ const INVALID_PRODUCER_EPOCH: i16 = 47;
 const CONCURRENT_TRANSACTIONS: i16 = 51;
 /// Codes after which a coordinator call is tried again.
 const RETRIABLE: [i16; 5] = [14, 15, 16, CONCURRENT_TRANSACTIONS, NOT_SENT];
+/// Produce errors a producer waits out: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+/// REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), KAFKA_STORAGE_ERROR,
+/// and a request never sent.
+const PRODUCE_RETRIABLE: [i16; 8] = [3, 6, 7, 13, 19, 20, 56, NOT_SENT];
+/// Tries of one produce before the transaction is given up (about 20 s).
+const PRODUCE_TRIES_MAX: u32 = 200;
 /// Tries of a retriable coordinator call before the copier gives up.
 const TRIES_MAX: u32 = 200;
 
@@ -181,6 +187,14 @@ impl ShareCopier {
         self.ids
     }
 
+    /// After a failure whose effect is unknown (an EndTxn without an answer): the next `run`
+    /// starts with InitProducerId, which finishes or aborts whatever the last transaction left
+    /// open. What it had acquired and not staged comes back when its locks run out.
+    pub fn start_over(&mut self) {
+        self.ids = (-1, -1);
+        self.sequences.clear();
+    }
+
     /// The producer's id and epoch (InitProducerId, which also aborts what an earlier
     /// instance of the transactional id left open), and the output's partition count.
     pub async fn init(&mut self) -> Result<(), CopyError> {
@@ -317,8 +331,26 @@ impl ShareCopier {
             let base_sequence = *self.sequences.get(&p).unwrap_or(&0);
             let stamp = ProducerStamp { producer_id: self.ids.0, producer_epoch: self.ids.1, base_sequence };
             let now_ms = self.consumer.client.now_ms();
-            let outcome =
-                self.consumer.client.produce_txn_messages(&tid, &output, p, &messages, now_ms, stamp, true).await;
+            // A partition moving or a broker restarting is waited out, as a Kafka producer
+            // waits it out within delivery.timeout.ms: the same batch at the same sequence, which
+            // the partition takes once however often it comes. Aborting instead would deliver
+            // the records again at once, towards their delivery limit.
+            let mut tries = 0;
+            let outcome = loop {
+                let outcome =
+                    self.consumer.client.produce_txn_messages(&tid, &output, p, &messages, now_ms, stamp, true).await;
+                let again = match &outcome {
+                    Outcome::Failed(code) => PRODUCE_RETRIABLE.contains(code),
+                    Outcome::Indefinite => true,
+                    Outcome::Ok(_) => false,
+                };
+                if !again || tries >= PRODUCE_TRIES_MAX {
+                    break outcome;
+                }
+                tries += 1;
+                self.consumer.client.forget_leader(&output, p);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
             match outcome {
                 Outcome::Ok(_) => {
                     self.sequences.insert(p, base_sequence + messages.len() as i32);

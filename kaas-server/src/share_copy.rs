@@ -135,7 +135,19 @@ pub async fn run(args: Args) -> Result<(), String> {
         "kaas share-copy: group {} from {} to {} as transactional id {}",
         args.group, args.input, args.output, args.transactional_id
     );
-    let report = copier.run(&mut progress, &mut Unobserved).await.map_err(|e| e.to_string())?;
+    // A broker gone in the middle of a transaction is no reason to stop: the copier starts over
+    // with a new InitProducerId. Only a successor with the same transactional id ends it.
+    let report = loop {
+        match copier.run(&mut progress, &mut Unobserved).await {
+            Ok(report) => break report,
+            Err(e @ kaas_client::share_copy::CopyError::Fenced) => return Err(e.to_string()),
+            Err(e) => {
+                println!("{e}: starting over");
+                copier.start_over();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
     println!("{}", progress.line());
     println!(
         "done: {} records copied, {} transactions committed, {} aborted",

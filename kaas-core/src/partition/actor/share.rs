@@ -363,9 +363,9 @@ impl<E: Env> PartitionActor<E> {
     }
 
     /// The group commit's share part: every changed window written under this owner's epoch,
-    /// while the lease holds, then the answers, if it held past the writes. A failed write answers with a
-    /// storage error (effect unknown) and forgets the windows it could not write: they are read
-    /// again from the volume, which has one of the two states.
+    /// while the lease holds, then the answers, if it held past the writes. A failed write answers
+    /// with a storage error (effect unknown) and keeps the window it could not write, to be
+    /// written at the next commit.
     pub(super) async fn finish_shares(&mut self) {
         let Some(owned) = self.owned else {
             for reply in self.share_replies.drain(..) {
@@ -401,7 +401,9 @@ impl<E: Env> PartitionActor<E> {
                 }
                 Err(e) => {
                     tracing::error!(dir = %self.dir, group = %group_id, error = %e, "cannot write a share partition's state");
-                    self.shares.remove(&group_id);
+                    // The window stays as it is, still to be written: the volume has this state
+                    // or the one before, never a later one, while reading it back would hand
+                    // out again what live members hold (an acquisition is not in the file).
                     self.shares_unsure.insert(group_id);
                     failed = Some(e.to_string());
                 }

@@ -469,14 +469,20 @@ impl ShareWindow {
             while self.end_offset < batch.base_offset && self.has_room() {
                 self.extend(InFlight::done(RecordState::Archived, 0));
             }
+            // The window is full (the partition's lock cap): nothing past its end is taken in,
+            // in this batch or the next.
+            let full = |w: &Self, offset: i64| offset > w.end_offset || (offset == w.end_offset && !w.has_room());
+            if full(self, batch.base_offset.max(self.start_offset)) {
+                break;
+            }
             for offset in batch.base_offset.max(self.start_offset)..=batch.last_offset {
                 if mode == AcquireMode::RecordLimit && taken >= max_records {
                     break;
                 }
+                if full(self, offset) {
+                    break;
+                }
                 if offset == self.end_offset {
-                    if !self.has_room() {
-                        break;
-                    }
                     self.extend(InFlight::available(0));
                 }
                 let entry = &self.records[&offset];
@@ -791,6 +797,19 @@ mod tests {
         assert_eq!(acknowledge(&mut window, "a", &[ack(0, 1, AckType::Accept), ack(3, 3, AckType::Accept)]), Ok(()));
         assert_eq!(window.start_offset(), 4, "the control batch was archived as it was passed");
         assert_eq!(acquire(&mut window, "a", &batches, 100, 0), vec![range(4, 7, 1)]);
+    }
+
+    #[test]
+    fn a_full_window_takes_in_nothing_of_the_batches_after_the_one_it_filled_up_in() {
+        // The cap reached inside the second batch: the third, past the window's end, must not
+        // be looked up (a broker panicked on it under kaas share-copy with 1260-record batches).
+        let settings = ShareSettings { max_in_flight: 4, ..SETTINGS };
+        let mut window = ShareWindow::new(0, settings);
+        let batches = [batch(0, 2), batch(3, 5), batch(6, 7)];
+        assert_eq!(acquire(&mut window, "a", &batches, 100, 0), vec![range(0, 3, 1)]);
+        assert_eq!(window.end_offset(), 4);
+        assert_eq!(acknowledge(&mut window, "a", &[ack(0, 3, AckType::Accept)]), Ok(()));
+        assert_eq!(acquire(&mut window, "a", &batches[1..], 100, 0), vec![range(4, 7, 1)]);
     }
 
     #[test]
