@@ -2,8 +2,8 @@
 # Exactly-once queues (KIP-1289) under broker kills: three kaas brokers on one data directory;
 # kafka-verifiable-producer fills an input topic of 6 partitions; three `kaas share-copy`
 # copiers (one share group, a transactional id each, every 5th transaction aborted on
-# purpose) take from it and write to an output topic while brokers are SIGKILLed and started
-# again one after another. Then, as ci/kills.sh checks, a read_committed reader must find every
+# purpose) take from it and write to an output topic while brokers, and now and then a copier,
+# are SIGKILLed and started again one after another. Then, as ci/kills.sh checks, a read_committed reader must find every
 # input message in the output exactly once, and kafka-share-groups must show the group with
 # nothing left (start at the end, lag 0) on every partition.
 set -euo pipefail
@@ -48,16 +48,21 @@ tool VerifiableProducer --bootstrap-server "$bootstrap" --topic input --max-mess
 tool ConfigCommand --bootstrap-server "$bootstrap" --entity-type groups --entity-name copiers --alter \
   --add-config share.auto.offset.reset=earliest > /dev/null
 
-for n in 0 1 2; do
-  timeout ${KAAS_SHARE_COPY_TIMEOUT:-600} "$KAAS" share-copy --bootstrap "$bootstrap" --group copiers --input input --output output \
-    --transactional-id "share-copier-$n" --abort-every 5 --idle-exit-ms 20000 > "$data.copier-$n" 2>&1 &
-  copiers+=($!)
-done
+start_copier() {
+  timeout "${KAAS_SHARE_COPY_TIMEOUT:-600}" "$KAAS" share-copy --bootstrap "$bootstrap" --group copiers --input input \
+    --output output --transactional-id "share-copier-$1" --abort-every 5 --idle-exit-ms 20000 >> "$data.copier-$1" 2>&1 &
+  copiers[$1]=$!
+}
+for n in 0 1 2; do start_copier "$n"; done
 
 # While any copier runs, a broker is SIGKILLed, round robin, and started again; the next kill
 # comes soon after it is back (its old lease run out: 3.5 s here), faster than ci/kills.sh
-# does, for the copiers are fast.
+# does, for the copiers are fast. Every third round a running copier is SIGKILLed too, in the
+# middle of whatever transaction it has open, and started again with its transactional id: its
+# successor's InitProducerId aborts what it left, and its records come back when its share
+# session runs out.
 kills=0
+copier_kills=0
 running() { for pid in "${copiers[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done; return 1; }
 while running; do
   sleep 1
@@ -68,6 +73,14 @@ while running; do
   sleep 0.5
   start_broker "$victim"
   kills=$((kills + 1))
+  copier=$(((kills / 3) % 3))
+  if [ $((kills % 3)) -eq 2 ] && kill -0 "${copiers[$copier]}" 2>/dev/null; then
+    pkill -9 -P "${copiers[$copier]}" 2>/dev/null || true
+    wait "${copiers[$copier]}" 2>/dev/null || true
+    echo "(killed)" >> "$data.copier-$copier"
+    start_copier "$copier"
+    copier_kills=$((copier_kills + 1))
+  fi
   sleep 3
 done
 failed=0
@@ -93,9 +106,10 @@ if [ -n "$left" ] || [ "$(grep -c '^copiers  *input ' "$data.out")" -ne 6 ]; the
   echo "FAILED: the share group did not acknowledge everything"
   exit 1
 fi
+# Copied by the last run of each copier (a killed one's count died with it).
 committed=$(grep -h "^done:" "$data".copier-* | awk '{s += $2} END {print s}')
 aborted=$(grep -h "^done:" "$data".copier-* | awk '{s += $8} END {print s}')
 restarts=$(cat "$data".copier-* | grep -c "starting over" || true)
-echo "kaas share-copy x3: $messages messages copied exactly once through $kills broker kills" \
-  "($committed copied in committed transactions, $aborted transactions aborted, $restarts copier restarts" \
+echo "kaas share-copy x3: $messages messages copied exactly once through $kills broker kills and $copier_kills copier kills" \
+  "($committed copied by the copiers' last runs, $aborted transactions aborted, $restarts copier restarts" \
   "after a broker vanished mid-transaction), share group lag 0"
