@@ -334,7 +334,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "share.version",
         change: Static,
-        doc: "The finalized level of the `share.version` feature (0 to 3): 1 serves share groups (KIP-932), 2 their dead-letter queues (KIP-1191), 3 KIP-1289's transactional acknowledgements (TxnShareAcknowledge); 0 serves none of them. Apache finalizes it with `kafka-features`.",
+        doc: "The finalized level of the `share.version` feature (0 to 3): 1 serves share groups (KIP-932), 2 is the level of their dead-letter queues (KIP-1191, which kaas does not serve yet: a record at its delivery limit is archived, not copied anywhere), 3 KIP-1289's transactional acknowledgements (TxnShareAcknowledge); 0 serves none of them. Apache finalizes it with `kafka-features`.",
         set: Some(|c, v| {
             let level: i16 = parse("share.version", v)?;
             if !(0..=3).contains(&level) {
