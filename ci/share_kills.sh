@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 KAAS=target/release/kaas
 [ -x "$KAAS" ] || cargo build --release -p kaas-server
 cp=$(bash ci/clients/java/build.sh)
-messages=${KAAS_SHARE_KILLS_MESSAGES:-100000}
+messages=${KAAS_SHARE_KILLS_MESSAGES:-50000}
 
 data=$(mktemp -d)
 pids=(0 0 0)

@@ -27,8 +27,9 @@ const RETRIABLE: [i16; 5] = [14, 15, 16, CONCURRENT_TRANSACTIONS, NOT_SENT];
 /// REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), KAFKA_STORAGE_ERROR,
 /// and a request never sent.
 const PRODUCE_RETRIABLE: [i16; 8] = [3, 6, 7, 13, 19, 20, 56, NOT_SENT];
-/// Tries of one produce before the transaction is given up (about 20 s).
-const PRODUCE_TRIES_MAX: u32 = 200;
+/// Tries of one produce before the transaction is given up (about 20 s): `CopyConfig`'s
+/// default.
+pub const PRODUCE_TRIES: u32 = 200;
 /// Tries of a retriable coordinator call before the copier gives up.
 const TRIES_MAX: u32 = 200;
 
@@ -50,6 +51,9 @@ pub struct CopyConfig {
     pub transaction_timeout_ms: i32,
     /// Records one poll may take.
     pub poll_records: i32,
+    /// Tries of one produce that failed retriably before its transaction is given up (0:
+    /// aborted at the first failure).
+    pub produce_tries: u32,
 }
 
 /// The points of a transaction where a copier may stop (KIP-1289's corner cases).
@@ -168,6 +172,13 @@ pub struct ShareCopier {
     output_partitions: i32,
     report: CopyReport,
     transactions: u64,
+}
+
+/// The output partition of a delivery: input partition and offset spread over the output's
+/// partitions (a share group keeps no order to preserve), so that one poll's records, however
+/// few input partitions they came from, make a transaction of several output partitions.
+fn output_partition(d: &Delivery, partitions: i32) -> i32 {
+    ((i64::from(d.partition) + d.record.offset).rem_euclid(i64::from(partitions.max(1)))) as i32
 }
 
 impl ShareCopier {
@@ -322,7 +333,7 @@ impl ShareCopier {
         let n = self.output_partitions.max(1);
         let mut by_partition: BTreeMap<i32, Vec<Message>> = BTreeMap::new();
         for d in deliveries {
-            by_partition.entry(d.partition % n).or_default().push(d.record.message.clone());
+            by_partition.entry(output_partition(d, n)).or_default().push(d.record.message.clone());
         }
         txn.outputs = by_partition.len();
         let tid = self.config.transactional_id.clone();
@@ -344,7 +355,7 @@ impl ShareCopier {
                     Outcome::Indefinite => true,
                     Outcome::Ok(_) => false,
                 };
-                if !again || tries >= PRODUCE_TRIES_MAX {
+                if !again || tries >= self.config.produce_tries {
                     break outcome;
                 }
                 tries += 1;
@@ -372,7 +383,7 @@ impl ShareCopier {
             coordinator: client.known_coordinator(1, &self.config.transactional_id).map(str::to_string),
             outputs: deliveries
                 .iter()
-                .filter_map(|d| client.known_leader(&self.config.output, d.partition % n))
+                .filter_map(|d| client.known_leader(&self.config.output, output_partition(d, n)))
                 .map(str::to_string)
                 .collect(),
             shares: deliveries.iter().map(|d| d.broker.clone()).collect(),

@@ -127,6 +127,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         idle_exit_ms: args.idle_exit_ms,
         transaction_timeout_ms: 60_000,
         poll_records: 500,
+        produce_tries: kaas_client::share_copy::PRODUCE_TRIES,
     };
     let mut copier = ShareCopier::new(consumer, config);
     let now = Instant::now();

@@ -267,6 +267,12 @@ async fn instance(
         idle_exit_ms: 3_000,
         transaction_timeout_ms: plan.transaction_timeout_ms,
         poll_records: 10,
+        // The partial-produce case is a produce that fails while another of the transaction
+        // succeeded: given up at once, not waited out.
+        produce_tries: match plan.case {
+            Case::PartialProduce => 0,
+            _ => kaas_client::share_copy::PRODUCE_TRIES,
+        },
     };
     let mut copier = ShareCopier::new(consumer, config);
     copier.consumer.max_wait_ms = 300;
