@@ -329,7 +329,7 @@ mod tests {
 
     #[test]
     fn members_join_share_the_partitions_and_leave() {
-        let now = Instant::now();
+        let now = Instant::now(); // allow-nondeterminism: the test passes every later instant in
         let mut group = ShareGroup::new("g".into());
         let a = group.heartbeat(hb("a", 0, Some(&["t"])), &topic, SETTINGS, now).unwrap();
         assert_eq!((a.member_epoch, a.assignment.unwrap()[&[1; 16]].len()), (1, 2), "alone, a has both");
@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn a_member_whose_session_runs_out_leaves_and_staging_checks_the_epoch() {
-        let now = Instant::now();
+        let now = Instant::now(); // allow-nondeterminism: the test passes every later instant in
         let mut group = ShareGroup::new("g".into());
         group.heartbeat(hb("a", 0, Some(&["t"])), &topic, SETTINGS, now).unwrap();
         group.heartbeat(hb("b", 0, Some(&["t"])), &topic, SETTINGS, now + Duration::from_secs(30)).unwrap();
