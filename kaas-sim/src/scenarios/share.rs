@@ -170,22 +170,11 @@ async fn write_input(s: &Share, world: &Shared, upfront: bool) -> std::collectio
             }
             let n = rng.random_range(1..=5).min(until - written);
             let values: Vec<Bytes> = (written..written + n).map(|i| Bytes::from(format!("job:{p}:{i}"))).collect();
-            loop {
-                match client.produce(TOPIC, p, &values, common::now_ms()).await {
-                    Outcome::Ok(_) => break,
-                    Outcome::Failed(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                    Outcome::Indefinite => {}
-                }
-            }
+            workloads::produce_until_acked(&mut client, TOPIC, p, &values).await;
             written += n;
         }
         // The end as it is: an indefinite attempt may have written a batch twice.
-        let end = loop {
-            match client.list_offset(TOPIC, p, -1, false).await {
-                Outcome::Ok(end) => break end,
-                _ => backoff().await,
-            }
-        };
+        let end = workloads::log_end(&mut client, TOPIC, p).await;
         ends.insert(p, end);
     }
     ends

@@ -181,21 +181,10 @@ async fn write_input(s: &ShareCopy, world: &Shared) -> BTreeMap<i32, i64> {
         while written < s.records_per_partition {
             let n = rng.random_range(1..=4).min(s.records_per_partition - written);
             let values: Vec<Bytes> = (written..written + n).map(|i| Bytes::from(format!("job:{p}:{i}"))).collect();
-            loop {
-                match client.produce(INPUT, p, &values, common::now_ms()).await {
-                    Outcome::Ok(_) => break,
-                    Outcome::Failed(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                    Outcome::Indefinite => {}
-                }
-            }
+            workloads::produce_until_acked(&mut client, INPUT, p, &values).await;
             written += n;
         }
-        let end = loop {
-            match client.list_offset(INPUT, p, -1, false).await {
-                Outcome::Ok(end) => break end,
-                _ => backoff().await,
-            }
-        };
+        let end = workloads::log_end(&mut client, INPUT, p).await;
         ends.insert(p, end);
     }
     ends

@@ -79,3 +79,30 @@ pub async fn create_topic(world: &Shared, topic: &str, partitions: i32) {
         }
     }
 }
+
+/// Produces `values` to a partition until a try is acked (an indefinite one may have written
+/// them too: read the log's end afterwards, `log_end`).
+pub async fn produce_until_acked(
+    client: &mut crate::client::Client,
+    topic: &str,
+    partition: i32,
+    values: &[bytes::Bytes],
+) {
+    loop {
+        match client.produce(topic, partition, values, crate::scenarios::common::now_ms()).await {
+            crate::client::Outcome::Ok(_) => return,
+            crate::client::Outcome::Failed(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            crate::client::Outcome::Indefinite => {}
+        }
+    }
+}
+
+/// A partition's log end offset, asked until answered.
+pub async fn log_end(client: &mut crate::client::Client, topic: &str, partition: i32) -> i64 {
+    loop {
+        match client.list_offset(topic, partition, -1, false).await {
+            crate::client::Outcome::Ok(end) => return end,
+            _ => backoff().await,
+        }
+    }
+}
