@@ -27,6 +27,7 @@ fi
 # Every script runs against one broker, then against three brokers on one data directory
 # (short leases, so that ownership settles in seconds): there the partitions, the group and
 # the transaction coordinator are spread over the brokers, and markers cross between them.
+# Share groups may set locks as short as a second, so that a renewal test need not wait 15 s.
 pids=()
 dirs=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "${dirs[@]}"' EXIT
@@ -41,7 +42,8 @@ start_brokers() {
     "$KAAS" serve --data-dir "$data" --listen "127.0.0.1:$port" --broker-id "$id" \
       --set group.initial.rebalance.delay.ms=0 --set broker.session.timeout.ms=3000 \
       --set broker.heartbeat.interval.ms=500 --set broker.lease.drift.margin.ms=500 \
-      --set broker.ownership.settle.ms=1000 > /dev/null 2>> "$data.log" &
+      --set broker.ownership.settle.ms=1000 --set group.share.min.record.lock.duration.ms=1000 \
+      > /dev/null 2>> "$data.log" &
     pids+=($!)
     for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
     bootstrap="${bootstrap:+$bootstrap,}127.0.0.1:$port"

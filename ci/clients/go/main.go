@@ -1,7 +1,8 @@
 // franz-go against kaas: an idempotent producer (franz-go's default), a group consumer that
 // commits, and GroupTransactSession, franz-go's exactly-once consume-transform-produce, copying
 // one topic into another; then a read_committed reader checks that every input record was
-// copied exactly once and that the group's committed offsets cover the input.
+// copied exactly once and that the group's committed offsets cover the input; then its share
+// consumer (share.go).
 //
 //	go run . BOOTSTRAP            the whole check
 //	go run . BOOTSTRAP copy N     only the copier, for N input records (ci/kills.sh runs it
@@ -55,7 +56,8 @@ func main() {
 	produceAndConsume(ctx, bootstrap)
 	commits := copyExactlyOnce(ctx, bootstrap, 300)
 	epochBumpedPerCommit(ctx, bootstrap, commits)
-	fmt.Println("franz-go: idempotent produce, group consume and commit, GroupTransactSession copy exactly once")
+	shareConsume(ctx, bootstrap)
+	fmt.Println("franz-go: idempotent produce, group consume and commit, GroupTransactSession copy exactly once, share groups")
 }
 
 func createTopics(ctx context.Context, bootstrap string, names ...string) {
