@@ -30,6 +30,9 @@ section "client scripts"
 bash ci/clients.sh
 section "exactly-once copies under broker kills (TransactionalMessageCopier, franz-go)"
 bash ci/kills.sh
+section "share consumers under consumer and broker bounces (VerifiableShareConsumer), 1 and 3 brokers"
+bash ci/share_bounces.sh 1
+bash ci/share_bounces.sh 3
 section "exactly-once queues under broker kills (kaas share-copy, KIP-1289)"
 bash ci/share_kills.sh
 section "Kubernetes manifests (schema validation)"
