@@ -3,7 +3,8 @@
 # kaas: kafka-configs on a GROUP resource (share.auto.offset.reset), kafka-console-share-consumer,
 # kafka-share-groups (list, describe offsets/members/state, reset-offsets, delete-offsets,
 # delete), and VerifiableShareConsumer with an --ack-pattern of accept, release, reject and
-# renew: a released record comes back until its delivery limit archives it, a renewed one once.
+# renew: a released record comes back until its delivery limit archives it, a renewed one once;
+# then with a dead-letter queue (KIP-1191) that gets what it rejects and what runs out.
 set -euo pipefail
 bootstrap=$1
 cp=$(bash "$(dirname "$0")/java/build.sh")
@@ -111,4 +112,47 @@ print(f"  VerifiableShareConsumer --ack-pattern accept,release,reject,renew: {di
 PY
 share_groups --describe --group "$vgroup"
 expect "^$vgroup +$topic +0 +300 +0 *\$" "kafka-share-groups --describe after the verifiable consumer: everything done"
+
+# KIP-1191: a dead-letter queue for the group (kafka-configs), a queue topic that allows it;
+# rejected records (offset % 3 == 1) and released ones at their delivery limit (offset % 3 ==
+# 2, five deliveries) land there copied, with Apache's context headers.
+dgroup=$group-dlq
+tool TopicCommand --bootstrap-server "$bootstrap" --create --topic "dlq.$topic" --partitions 1 --replication-factor 1 \
+  --config errors.deadletterqueue.group.enable=true
+tool ConfigCommand --bootstrap-server "$bootstrap" --entity-type groups --entity-name "$dgroup" --alter \
+  --add-config "errors.deadletterqueue.topic.name=dlq.$topic,errors.deadletterqueue.copy.record.enable=true"
+java -cp "$cp" org.apache.kafka.tools.VerifiableShareConsumer --bootstrap-server "$bootstrap" --topic "$topic" \
+  --group-id "$dgroup" --acknowledgement-mode sync --ack-pattern accept,reject,release \
+  --offset-reset-strategy earliest > "$events" 2>&1 &
+consumer=$!
+for _ in $(seq 60); do
+  share_groups --describe --group "$dgroup"
+  grep -Eq "^$dgroup +$topic +0 +300 +0 *\$" "$out" && break
+  sleep 1
+done
+kill "$consumer" 2>/dev/null || true
+wait "$consumer" 2>/dev/null || true
+expect "^$dgroup +$topic +0 +300 +0 *\$" "kafka-share-groups --describe: every record accepted or archived by way of the queue"
+tool consumer.ConsoleConsumer --bootstrap-server "$bootstrap" --topic "dlq.$topic" --from-beginning --timeout-ms 5000 \
+  --formatter-property print.headers=true
+python3 - "$out" "$topic" "$dgroup" <<'PY'
+import re, sys
+out, topic, group = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+seen = {}
+for line in out.splitlines():
+    m = re.match(r"__dlq\.errors\.topic:(\S+),__dlq\.errors\.partition:(\d+),__dlq\.errors\.offset:(\d+),"
+                 r"__dlq\.errors\.group:(\S+),__dlq\.errors\.delivery\.count:(\d+),__dlq\.errors\.message:([^\t]+)\t(.*)$", line)
+    if m:
+        seen[int(m[3])] = (m[1], m[2], m[4], int(m[5]), m[6], m[7])
+want = {}
+for offset in range(300):
+    if offset % 3 == 1:
+        want[offset] = (topic, "0", group, 1, "Offset rejected by client.", str(offset))
+    elif offset % 3 == 2:
+        want[offset] = (topic, "0", group, 5, "Offset delivery count exceeded the threshold.", str(offset))
+if seen != want:
+    wrong = sorted(set(seen.items()) ^ set(want.items()))[:6]
+    sys.exit(f"FAILED: dead-letter queue: {len(seen)} records, want {len(want)}; differing: {wrong}")
+print(f"  dead-letter queue: {len(seen)} records (100 rejected, 100 at the delivery limit), copied, with context headers")
+PY
 echo "kafka share tools: ok"

@@ -45,6 +45,7 @@ const ADD_PARTITIONS_TO_TXN_VERSION: i16 = 4;
 const SHARE_GROUP_DESCRIBE_VERSION: i16 = 1;
 const ALTER_SHARE_GROUP_OFFSETS_VERSION: i16 = 0;
 const DESCRIBE_SHARE_GROUP_OFFSETS_VERSION: i16 = 1;
+const PRODUCE_VERSION: i16 = 9;
 
 /// One call as a link sends it: the encoded request and what to do with the answer's body
 /// (`None`: no answer came).
@@ -97,6 +98,29 @@ fn job_of(call: PeerCall) -> (Endpoint, Job) {
         PeerCall::DescribeShare { to, group_id, topic, partition, reply } => {
             (to, describe_share(group_id, topic, partition, reply))
         }
+        PeerCall::Produce { to, topic, partition, records, reply } => (to, produce(topic, partition, records, reply)),
+    }
+}
+
+/// A Produce (acks=-1) of one batch to one partition the peer owns: a share group's dead
+/// letters (KIP-1191), as Apache's brokers send them to the queue partition's leader.
+fn produce(topic_name: String, partition: i32, records: Bytes, reply: oneshot::Sender<CoreResult<()>>) -> Job {
+    use produce_request::{PartitionProduceData, TopicProduceData};
+    let data = PartitionProduceData::default().with_index(partition).with_records(Some(records));
+    let request =
+        ProduceRequest::default().with_acks(-1).with_timeout_ms(PEER_REQUEST_TIMEOUT_MS as i32).with_topic_data(vec![
+            TopicProduceData::default().with_name(topic(&topic_name)).with_partition_data(vec![data]),
+        ]);
+    Job {
+        key: ApiKey::Produce,
+        version: PRODUCE_VERSION,
+        encode: encoder(request, PRODUCE_VERSION),
+        answer: Box::new(move |body| {
+            let response: Option<ProduceResponse> = body.and_then(|b| decode(b, PRODUCE_VERSION));
+            let code = response
+                .and_then(|r| r.responses.iter().flat_map(|t| &t.partition_responses).map(|p| p.error_code).next());
+            let _ = reply.send(code.map_or(Err(CoreError::NotLeaderOrFollower), error::from_code));
+        }),
     }
 }
 

@@ -19,6 +19,7 @@ use crate::participant::Participant;
 use crate::txn::markers;
 use crate::txn::peers::Markers;
 
+mod dead_letter;
 mod share;
 mod share_admin;
 mod writes;
@@ -52,7 +53,8 @@ impl<E: Env> Broker<E> {
     pub async fn start(env: E, config: BrokerConfig) -> CoreResult<Self> {
         let config = Arc::new(config);
         let membership = membership::start(&env, config.clone()).await?;
-        let topics = topics::start(&env, config.clone(), membership.clone()).await?;
+        let (dead_letters, letters) = tokio::sync::mpsc::unbounded_channel();
+        let topics = topics::start(&env, config.clone(), membership.clone(), dead_letters).await?;
         let groups = group::start(&env, config.clone(), membership.clone()).await?;
         let producer_ids = producer_ids::start(&env, config.broker_id).await?;
         let peers = PeersHandle::default();
@@ -69,6 +71,13 @@ impl<E: Env> Broker<E> {
         marker_queue::recover(&env, config.broker_id).await?;
         let stop = marker_queue::start(&env, config.broker_id, topics.clone(), groups.clone(), membership.subscribe());
         let _marker_watcher = Arc::new(stop);
+        let writer = dead_letter::DeadLetterWriter {
+            env: env.clone(),
+            topics: topics.clone(),
+            peers: peers.clone(),
+            membership: membership.clone(),
+        };
+        dead_letter::start(writer, letters);
         Ok(Broker {
             env,
             config,

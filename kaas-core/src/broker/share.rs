@@ -141,6 +141,9 @@ impl<E: Env> Broker<E> {
                 .max(1),
                 max_in_flight: int(group::SHARE_PARTITION_MAX_RECORD_LOCKS, c.group_share_partition_max_record_locks)
                     .max(1),
+                // share.version 2 is KIP-1191's level.
+                dead_letter: c.share_version >= 2
+                    && value(group::ERRORS_DEADLETTERQUEUE_TOPIC_NAME).is_some_and(|t| !t.trim().is_empty()),
             },
             read_committed: value(group::SHARE_ISOLATION_LEVEL)
                 .is_some_and(|v| v.eq_ignore_ascii_case("read_committed")),

@@ -11,6 +11,8 @@ enum Kind {
     Int(fn(&BrokerConfig) -> (i64, i64)),
     OneOf(&'static [&'static str]),
     Bool,
+    /// A topic name, or empty; never an internal topic's (`__`).
+    TopicOrEmpty,
 }
 
 /// One group config: its name, how it is checked, its default (the broker's), what it means.
@@ -26,6 +28,8 @@ pub const SHARE_ISOLATION_LEVEL: &str = "share.isolation.level";
 pub const SHARE_RECORD_LOCK_DURATION_MS: &str = "share.record.lock.duration.ms";
 pub const SHARE_DELIVERY_COUNT_LIMIT: &str = "share.delivery.count.limit";
 pub const SHARE_PARTITION_MAX_RECORD_LOCKS: &str = "share.partition.max.record.locks";
+pub const ERRORS_DEADLETTERQUEUE_TOPIC_NAME: &str = "errors.deadletterqueue.topic.name";
+pub const ERRORS_DEADLETTERQUEUE_COPY_RECORD_ENABLE: &str = "errors.deadletterqueue.copy.record.enable";
 
 pub const GROUP_CONFIGS: &[GroupConfig] = &[
     GroupConfig {
@@ -66,6 +70,18 @@ pub const GROUP_CONFIGS: &[GroupConfig] = &[
         }),
         default: |c| c.group_share_partition_max_record_locks.to_string(),
         doc: "How many records of one share partition may be in flight at once.",
+    },
+    GroupConfig {
+        name: ERRORS_DEADLETTERQUEUE_TOPIC_NAME,
+        kind: Kind::TopicOrEmpty,
+        default: |_| String::new(),
+        doc: "KIP-1191: the share group's dead-letter queue: a record it rejects, or one delivered as often as `share.delivery.count.limit` allows, is written there (headers `__dlq.errors.topic`, `.partition`, `.offset`, `.group`, `.delivery.count`, `.message`) before it is archived. The topic must have `errors.deadletterqueue.group.enable=true` and the broker's `errors.deadletterqueue.topic.name.prefix`. Empty: no queue.",
+    },
+    GroupConfig {
+        name: ERRORS_DEADLETTERQUEUE_COPY_RECORD_ENABLE,
+        kind: Kind::Bool,
+        default: |_| "false".into(),
+        doc: "KIP-1191: whether the dead-letter queue gets a copy of the record (key, value and headers) beside the context headers, or the context headers alone.",
     },
     GroupConfig {
         name: "share.session.timeout.ms",
@@ -122,6 +138,11 @@ pub fn validate(name: &str, value: &str, broker: &BrokerConfig) -> Result<(), St
                     "Invalid value {value} for configuration {name}: String must be one of: {}",
                     values.join(", ")
                 ));
+            }
+        }
+        Kind::TopicOrEmpty => {
+            if value.starts_with("__") {
+                return Err(format!("{name}: DLQ topic name must not start with '__'"));
             }
         }
         Kind::Bool => {

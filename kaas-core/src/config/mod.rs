@@ -87,6 +87,12 @@ pub struct BrokerConfig {
     /// The finalized level of the `share.version` feature: 1 serves share groups, 3 KIP-1289's
     /// TxnShareAcknowledge too.
     pub share_version: i16,
+    /// KIP-1191: the prefix every share group's dead-letter queue topic must have
+    /// (`errors.deadletterqueue.topic.name.prefix`; empty: any name).
+    pub errors_deadletterqueue_topic_name_prefix: String,
+    /// KIP-1191: whether a dead-letter queue topic that does not exist is created when first
+    /// written (`errors.deadletterqueue.auto.create.topics.enable`).
+    pub errors_deadletterqueue_auto_create_topics_enable: bool,
     /// A peer is live while this broker saw its lease renewed within this long, timed on this
     /// broker's own monotonic clock (`broker.session.timeout.ms`, Apache's name and default).
     pub broker_session_timeout_ms: u64,
@@ -132,6 +138,8 @@ impl Default for BrokerConfig {
             group_consumer_max_size: i32::MAX as usize,
             group_consumer_migration_policy: MigrationPolicy::Bidirectional,
             share_version: 3,
+            errors_deadletterqueue_topic_name_prefix: "dlq.".into(),
+            errors_deadletterqueue_auto_create_topics_enable: false,
             group_share_session_timeout_ms: 45_000,
             group_share_heartbeat_interval_ms: 5_000,
             group_share_max_size: 200,
@@ -218,6 +226,7 @@ impl BrokerConfig {
         let mut m = BTreeMap::new();
         m.insert("cleanup.policy", "delete".to_string());
         m.insert("compression.type", "producer".to_string());
+        m.insert(DLQ_GROUP_ENABLE, "false".to_string());
         m.insert("index.interval.bytes", self.log_index_interval_bytes.to_string());
         m.insert("max.message.bytes", self.message_max_bytes.to_string());
         m.insert("message.timestamp.type", "CreateTime".to_string());
@@ -317,10 +326,17 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
             "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
             _ => Err(format!("Invalid value {value} for configuration {name}")),
         },
+        DLQ_GROUP_ENABLE => match value.trim().to_lowercase().as_str() {
+            "true" | "false" => Ok(()),
+            _ => Err(format!("Invalid value {value} for configuration {name}")),
+        },
         _ if KNOWN_TOPIC_CONFIGS.contains(&name) => Ok(()),
         _ => Err(format!("Unknown topic config name: {name}")),
     }
 }
+
+/// KIP-1191: a topic share groups may use as their dead-letter queue must say so.
+pub const DLQ_GROUP_ENABLE: &str = "errors.deadletterqueue.group.enable";
 
 /// Topic config names Apache Kafka accepts; kaas stores them even where it does not act on them.
 const KNOWN_TOPIC_CONFIGS: &[&str] = &[

@@ -300,6 +300,18 @@ pub const SETTINGS: &[Setting] = &[
         "The highest `share.partition.max.record.locks` a group may set."
     ),
     field!(
+        "errors.deadletterqueue.topic.name.prefix",
+        errors_deadletterqueue_topic_name_prefix,
+        Static,
+        "KIP-1191: the prefix a share group's dead-letter queue topic (`errors.deadletterqueue.topic.name`) must have; empty allows any name. A record for a queue named otherwise is archived without being written there, as Apache does."
+    ),
+    field!(
+        "errors.deadletterqueue.auto.create.topics.enable",
+        errors_deadletterqueue_auto_create_topics_enable,
+        Static,
+        "KIP-1191: whether a share group's dead-letter queue topic that does not exist is created (with `errors.deadletterqueue.group.enable=true`) when a record is first sent there."
+    ),
+    field!(
         "group.share.max.share.sessions",
         group_share_max_share_sessions,
         Static,
@@ -334,7 +346,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "share.version",
         change: Static,
-        doc: "The finalized level of the `share.version` feature (0 to 3): 1 serves share groups (KIP-932), 2 is the level of their dead-letter queues (KIP-1191, which kaas does not serve yet: a record at its delivery limit is archived, not copied anywhere), 3 KIP-1289's transactional acknowledgements (TxnShareAcknowledge); 0 serves none of them. Apache finalizes it with `kafka-features`.",
+        doc: "The finalized level of the `share.version` feature (0 to 3): 1 serves share groups (KIP-932), 2 adds their dead-letter queues (KIP-1191: below it a rejected record, or one at its delivery limit, is archived without being written to the group's `errors.deadletterqueue.topic.name`), 3 KIP-1289's transactional acknowledgements (TxnShareAcknowledge); 0 serves none of them. Apache finalizes it with `kafka-features`.",
         set: Some(|c, v| {
             let level: i16 = parse("share.version", v)?;
             if !(0..=3).contains(&level) {

@@ -30,6 +30,15 @@ pub mod state;
 
 pub use actor::{adopt_dir, start};
 
+/// What a partition actor shares with the rest of its broker: the data version it bumps when
+/// its high watermark moves (long polls wait on it), the cluster's view, and the dead-letter
+/// writer its share partitions hand records to (KIP-1191).
+pub struct Links {
+    pub data_version: watch::Sender<u64>,
+    pub cluster: watch::Receiver<Arc<crate::cluster::ClusterView>>,
+    pub dead_letters: share::DeadLetterSender,
+}
+
 use crate::error::{CoreError, CoreResult};
 use crate::partition::log::batch::BatchHeader;
 use crate::partition::log::control::Marker;
@@ -330,7 +339,11 @@ mod tests {
         let view = ClusterView::standalone(0, crate::env::Clock::monotonic(env.clock()));
         let (_cluster, cluster_rx) = watch::channel(Arc::new(view));
         let solo = |epoch| Claimed { epoch, takeover: true };
-        let partition = start(&env, "t-0".into(), [7; 16], settings, data_version.clone(), cluster_rx.clone()).await;
+        let (dead_letters, _) = mpsc::unbounded_channel();
+        let links = |data_version, cluster| Links { data_version, cluster, dead_letters: dead_letters.clone() };
+        let key = || ("t".to_string(), 0);
+        let partition =
+            start(&env, key(), "t-0".into(), [7; 16], settings, links(data_version.clone(), cluster_rx.clone())).await;
         partition.own(solo(1), 0).await.unwrap();
         let mut offsets = Vec::new();
         for i in 0..12 {
@@ -347,7 +360,7 @@ mod tests {
         let names = crate::env::Volume::list(crate::env::Env::volume(&env), "t-0").await.unwrap();
         let snapshots = names.iter().filter(|n| n.ends_with(".snapshot"));
         assert!(snapshots.count() >= 1, "segment rolls wrote snapshots");
-        let partition = start(&env, "t-0".into(), [7; 16], settings, data_version, cluster_rx).await;
+        let partition = start(&env, key(), "t-0".into(), [7; 16], settings, links(data_version, cluster_rx)).await;
         partition.own(solo(2), 0).await.unwrap();
         let end = partition.watermarks().log_end_offset;
         assert_eq!(produce(&partition, batch(55)).await.unwrap(), offsets[11]);

@@ -325,6 +325,8 @@ pub(super) struct TopicManager<E: Env> {
     topics: BTreeMap<String, Arc<TopicState>>,
     snapshot: watch::Sender<Arc<MetadataSnapshot>>,
     data_version: watch::Sender<u64>,
+    /// The broker's dead-letter writer, for the partitions' share partitions (KIP-1191).
+    dead_letters: crate::partition::share::DeadLetterSender,
     membership: MembershipHandle,
     /// The partitions this broker holds: (topic, partition) -> epoch and lease session.
     ownership: Ownership<E::Volume, (String, i32)>,
@@ -343,6 +345,7 @@ pub async fn start<E: Env>(
     env: &E,
     config: Arc<BrokerConfig>,
     membership: MembershipHandle,
+    dead_letters: crate::partition::share::DeadLetterSender,
 ) -> CoreResult<TopicsHandle> {
     let empty = MetadataSnapshot {
         topics: BTreeMap::new(),
@@ -362,6 +365,7 @@ pub async fn start<E: Env>(
         topics: BTreeMap::new(),
         snapshot,
         data_version,
+        dead_letters,
         membership,
         ownership: Ownership::new(env.volume().clone(), Kind::Partition, |(topic, p)| partition_key(topic, *p)),
         assignments: AssignmentStore::new(env.volume().clone()),

@@ -70,9 +70,13 @@ impl<E: Env> TopicManager<E> {
         let settings = self.effective.partition_settings(&meta.configs);
         for p in from..meta.partitions {
             let dir = partition_dir(&meta.name, p);
-            let cluster = self.membership.subscribe();
-            let (data_version, topic_id) = (self.data_version.clone(), meta.topic_id);
-            let partition = partition::start(&self.env, dir, topic_id, settings, data_version, cluster).await;
+            let links = partition::Links {
+                data_version: self.data_version.clone(),
+                cluster: self.membership.subscribe(),
+                dead_letters: self.dead_letters.clone(),
+            };
+            let key = (meta.name.clone(), p);
+            let partition = partition::start(&self.env, key, dir, meta.topic_id, settings, links).await;
             if !self.fences.is_empty() {
                 partition.fence(Arc::new(self.fences.clone())).await;
             }

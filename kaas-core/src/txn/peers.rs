@@ -83,6 +83,15 @@ pub enum PeerCall {
         partition: i32,
         reply: oneshot::Sender<CoreResult<Option<crate::partition::share::ShareOffsets>>>,
     },
+    /// Answered Ok once the peer appended `records` (one batch, no producer) to a partition it
+    /// owns: a share group's dead letters (KIP-1191), sent as a Produce with acks=-1.
+    Produce {
+        to: Endpoint,
+        topic: String,
+        partition: i32,
+        records: bytes::Bytes,
+        reply: oneshot::Sender<CoreResult<()>>,
+    },
     /// Answered Ok if `member` is in the producer's open transaction (or, `Join::Add`, added).
     Verify {
         to: Endpoint,
@@ -177,6 +186,13 @@ impl PeersHandle {
         let (group_id, topic) = (group_id.to_string(), topic.to_string());
         let call = |reply| PeerCall::DescribeShare { to, group_id, topic, partition, reply };
         self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    /// Appends `records` to a partition a peer owns (KIP-1191's dead letters).
+    pub async fn produce(&self, to: Endpoint, topic: &str, partition: i32, records: bytes::Bytes) -> CoreResult<()> {
+        let topic = topic.to_string();
+        let call = |reply| PeerCall::Produce { to, topic, partition, records, reply };
+        self.queue(call).await.await.unwrap_or(Err(CoreError::NotLeaderOrFollower))
     }
 
     /// Whether `member_id` is a member of the share group at `member_epoch` (`None`: at any),

@@ -30,6 +30,8 @@ const GROUP_COMMIT_MAX: usize = 512;
 
 pub(super) struct PartitionActor<E: Env> {
     env: E,
+    /// The topic and partition, as the dead-letter writer names the source (KIP-1191).
+    key: (String, i32),
     dir: String,
     config: LogConfig,
     /// None while the log could not be opened; every request then gets a storage error and the
@@ -67,6 +69,8 @@ pub(super) struct PartitionActor<E: Env> {
     /// failed fsync can leave a rename visible that a crash takes back), so what is read is
     /// written again before anything is answered from it.
     shares_unsure: std::collections::BTreeSet<String>,
+    /// The broker's dead-letter writer (KIP-1191).
+    dead_letters: crate::partition::share::DeadLetterSender,
 }
 
 /// The file in a partition directory naming the topic it belongs to.
@@ -99,17 +103,19 @@ struct Owned {
 /// Starts the actor of the partition at `dir`. It serves nothing until told to `own` it.
 pub async fn start<E: Env>(
     env: &E,
+    key: (String, i32),
     dir: String,
     topic_id: [u8; 16],
     settings: PartitionSettings,
-    data_version: watch::Sender<u64>,
-    cluster: watch::Receiver<Arc<ClusterView>>,
+    links: super::Links,
 ) -> PartitionHandle {
+    let super::Links { data_version, cluster, dead_letters } = links;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let (watermarks, watermarks_rx) = watch::channel(Watermarks::default());
     let (txn_view, txn_view_rx) = watch::channel(TxnView::default());
     let mut actor = PartitionActor {
         env: env.clone(),
+        key,
         dir,
         config: settings.log,
         log: None,
@@ -129,6 +135,7 @@ pub async fn start<E: Env>(
         share_ends: crate::participant::EndGuard::default(),
         share_replies: Vec::new(),
         shares_unsure: Default::default(),
+        dead_letters,
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));

@@ -5,7 +5,7 @@
 //! commit as the log's appends, before anything it changed is answered and only while the
 //! lease still holds. Lock expiry runs on the actor's own timer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio::sync::oneshot;
 
@@ -15,8 +15,10 @@ use crate::error::{CoreError, CoreResult};
 use crate::participant::Admission;
 use crate::partition::Isolation;
 use crate::partition::log::batch::BatchHeader;
-use crate::partition::share::state::{AckError, Event, LogBatch, ShareWindow};
-use crate::partition::share::{AutoOffsetReset, ShareCommand, ShareFetched, ShareGroupConfig, ShareOffsets, file};
+use crate::partition::share::state::{AckError, Event, LogBatch, RecordState, ShareWindow};
+use crate::partition::share::{
+    AutoOffsetReset, DeadLetter, DeadLetterCause, ShareCommand, ShareFetched, ShareGroupConfig, ShareOffsets, file,
+};
 
 /// Share groups one partition keeps windows for at once, a bound on memory.
 const SHARE_GROUPS_MAX: usize = 10_000;
@@ -26,6 +28,15 @@ pub(super) struct Share {
     window: ShareWindow,
     /// Changed since it was last written under this owner's epoch.
     dirty: bool,
+    /// Archiving offsets handed to the dead-letter writer under this owner (KIP-1191): each
+    /// is handed over once it is durable, and again only by a later owner.
+    dead_letters_sent: BTreeSet<i64>,
+}
+
+impl Share {
+    fn new(window: ShareWindow, dirty: bool) -> Share {
+        Share { window, dirty, dead_letters_sent: BTreeSet::new() }
+    }
 }
 
 /// An answer that waits for the group commit's share writes.
@@ -95,6 +106,15 @@ impl<E: Env> PartitionActor<E> {
             ShareCommand::ReleaseMember { group_id, member_id } => {
                 if self.shares.contains_key(&group_id) {
                     self.share_apply(&group_id, Event::ReleaseMember { member: &member_id });
+                }
+            }
+            ShareCommand::DeadLettered { group_id, first_offset, last_offset } => {
+                // Under a later epoch the window is read again, and its Archiving records sent
+                // again: the dead-letter queue gets them at least once.
+                if self.share_load_existing(&group_id).await.is_ok() && self.shares.contains_key(&group_id) {
+                    self.share_apply(&group_id, Event::DeadLettered { first_offset, last_offset });
+                    let share = self.shares.get_mut(&group_id).expect("loaded");
+                    share.dead_letters_sent.retain(|o| !(first_offset..=last_offset).contains(o));
                 }
             }
             ShareCommand::Guard { reply } => {
@@ -217,7 +237,10 @@ impl<E: Env> PartitionActor<E> {
                 return Err(CoreError::Storage(format!("share partition state of group {group_id}: {e}")));
             }
         };
-        self.shares.insert(group_id.to_string(), Share { window, dirty });
+        // Records on their way to a dead-letter queue are handed over once written under this
+        // owner's epoch.
+        let dirty = dirty || window.count_in(RecordState::Archiving) > 0;
+        self.shares.insert(group_id.to_string(), Share::new(window, dirty));
         Ok(())
     }
 
@@ -255,6 +278,7 @@ impl<E: Env> PartitionActor<E> {
                 lock_duration_ms: 30_000,
                 delivery_count_limit: u16::MAX,
                 max_in_flight: i64::MAX,
+                dead_letter: false,
             },
             read_committed: false,
             auto_offset_reset: AutoOffsetReset::Latest,
@@ -324,10 +348,7 @@ impl<E: Env> PartitionActor<E> {
                 .await
                 .map_err(|e| CoreError::Storage(e.to_string())),
             Some(start) => {
-                self.shares.insert(
-                    group_id.to_string(),
-                    Share { window: ShareWindow::new(start, config.window), dirty: true },
-                );
+                self.shares.insert(group_id.to_string(), Share::new(ShareWindow::new(start, config.window), true));
                 Ok(())
             }
         }
@@ -411,6 +432,7 @@ impl<E: Env> PartitionActor<E> {
         }
         for group_id in written {
             file::remove_older(self.env.volume(), &self.dir, &group_id, epoch).await;
+            self.send_dead_letters(&group_id);
         }
         let refusal = match failed {
             Some(why) => Some(CoreError::Storage(why)),
@@ -422,6 +444,28 @@ impl<E: Env> PartitionActor<E> {
                 Some(e) => reply.fail(e.clone()),
                 None => reply.send(),
             }
+        }
+    }
+
+    /// Hands the group's durable Archiving records not yet handed over to the dead-letter
+    /// writer (KIP-1191).
+    fn send_dead_letters(&mut self, group_id: &str) {
+        let share = self.shares.get_mut(group_id).expect("written");
+        let limit = share.window.settings().delivery_count_limit;
+        for range in share.window.dead_letters() {
+            if (range.first_offset..=range.last_offset).all(|o| share.dead_letters_sent.contains(&o)) {
+                continue;
+            }
+            share.dead_letters_sent.extend(range.first_offset..=range.last_offset);
+            // As Apache tells them apart when it resumes: by the count.
+            let cause = match range.delivery_count >= limit {
+                true => DeadLetterCause::DeliveryCountExceeded,
+                false => DeadLetterCause::Rejected,
+            };
+            let (topic, partition) = self.key.clone();
+            let letter = DeadLetter { topic, partition, group_id: group_id.to_string(), range, cause };
+            // No writer (a broker in a unit test): the records stay Archiving.
+            let _ = self.dead_letters.send(letter);
         }
     }
 

@@ -56,6 +56,7 @@ fn state_of(id: i8) -> Option<RecordState> {
         RecordState::Available,
         RecordState::Acquired,
         RecordState::Acknowledged,
+        RecordState::Archiving,
         RecordState::Archived,
         RecordState::TxPending,
     ]
@@ -257,7 +258,7 @@ mod tests {
     use crate::partition::share::state::{AcquireMode, Event, LogBatch};
 
     const SETTINGS: ShareSettings =
-        ShareSettings { lock_duration_ms: 1000, delivery_count_limit: 5, max_in_flight: 100 };
+        ShareSettings { lock_duration_ms: 1000, delivery_count_limit: 5, max_in_flight: 100, dead_letter: false };
 
     #[tokio::test]
     async fn the_newest_epoch_wins_and_a_damaged_file_is_reported() {

@@ -8,10 +8,41 @@ pub mod file;
 pub mod state;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{CoreError, CoreResult};
-use state::{AckBatch, AcquireMode, AcquiredRange, ShareSettings};
+use state::{AckBatch, AcquireMode, AcquiredRange, DeadLetterRange, ShareSettings};
+
+/// Why a record goes to its group's dead-letter queue (KIP-1191), in Apache's words (the
+/// `__dlq.errors.message` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterCause {
+    Rejected,
+    DeliveryCountExceeded,
+}
+
+impl DeadLetterCause {
+    pub fn message(self) -> &'static str {
+        match self {
+            DeadLetterCause::Rejected => "Offset rejected by client.",
+            DeadLetterCause::DeliveryCountExceeded => "Offset delivery count exceeded the threshold.",
+        }
+    }
+}
+
+/// Records a share partition holds as Archiving, durable so, for the broker's dead-letter
+/// writer (`broker::dead_letter`) to put on the group's dead-letter queue and then archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub topic: String,
+    pub partition: i32,
+    pub group_id: String,
+    pub range: DeadLetterRange,
+    pub cause: DeadLetterCause,
+}
+
+/// Where partition actors send their dead letters: one writer per broker.
+pub type DeadLetterSender = mpsc::UnboundedSender<DeadLetter>;
 
 /// Where a share partition starts when its group first consumes it (`share.auto.offset.reset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +123,8 @@ pub enum ShareCommand {
         commit: bool,
         reply: oneshot::Sender<CoreResult<()>>,
     },
+    /// KIP-1191: the dead-letter queue has these Archiving records (or will never): archive them.
+    DeadLettered { group_id: String, first_offset: i64, last_offset: i64 },
     /// The share partition's progress, if the group ever consumed the partition.
     Offsets { group_id: String, reply: oneshot::Sender<CoreResult<Option<ShareOffsets>>> },
     /// AlterShareGroupOffsets (a new start, nothing in flight) or DeleteShareGroupOffsets
@@ -115,7 +148,7 @@ impl ShareCommand {
             | ShareCommand::Reset { reply, .. } => drop(reply.send(Err(error))),
             ShareCommand::Offsets { reply, .. } => drop(reply.send(Err(error))),
             ShareCommand::Guard { reply } => drop(reply.send(0)),
-            ShareCommand::ReleaseMember { .. } => {}
+            ShareCommand::ReleaseMember { .. } | ShareCommand::DeadLettered { .. } => {}
         }
     }
 }

@@ -18,6 +18,11 @@
 //!       └────────── abort ───── TxPending ──── commit (accept) ─────┴──▶ Acknowledged
 //! ```
 //!
+//! - KIP-1191: with a dead-letter queue configured for the group, a record rejected or at its
+//!   delivery limit is Archiving first (Apache's ARCHIVING, 3), written so, and Archived once
+//!   the dead-letter queue has it (`Event::DeadLettered`), or once writing it there failed for
+//!   good (as Apache, which archives regardless). Gaps and control batches are archived at once.
+//!
 //! - A record is acquired by one member at a time, under an acquisition lock that runs out
 //!   after `lock_duration_ms`; its delivery count goes up by one at every acquisition, and a
 //!   record whose count reached `delivery_count_limit` is archived instead of made available
@@ -45,6 +50,8 @@ pub enum RecordState {
     Available,
     Acquired,
     Acknowledged,
+    /// KIP-1191: on its way to the group's dead-letter queue.
+    Archiving,
     Archived,
     TxPending,
 }
@@ -55,6 +62,7 @@ impl RecordState {
             RecordState::Available => 0,
             RecordState::Acquired => 1,
             RecordState::Acknowledged => 2,
+            RecordState::Archiving => 3,
             RecordState::Archived => 4,
             RecordState::TxPending => 5,
         }
@@ -70,9 +78,10 @@ impl RecordState {
         use RecordState::*;
         matches!(
             (self, next),
-            (Available, Acquired | Archived)
-                | (Acquired, Available | Acknowledged | Archived | TxPending)
-                | (TxPending, Available | Acknowledged | Archived)
+            (Available, Acquired | Archiving | Archived)
+                | (Acquired, Available | Acknowledged | Archiving | Archived | TxPending)
+                | (TxPending, Available | Acknowledged | Archiving | Archived)
+                | (Archiving, Archived)
         )
     }
 }
@@ -124,6 +133,9 @@ pub struct ShareSettings {
     /// Offsets in the window at most (`group.share.partition.max.record.locks`): no record
     /// past it is acquired until the start moves.
     pub max_in_flight: i64,
+    /// KIP-1191: the group has a dead-letter queue (`errors.deadletterqueue.topic.name`), so
+    /// what is rejected or reaches the delivery limit goes there before it is archived.
+    pub dead_letter: bool,
 }
 
 /// What the pending acknowledgement of a TxPending record does when its transaction commits.
@@ -164,6 +176,20 @@ impl InFlight {
         InFlight { state, delivery_count, member: None, lock_expires_ms: None, staged: None }
     }
 
+    /// Done with for good, or (KIP-1191) first sent to the dead-letter queue.
+    fn dead(delivery_count: u16, dead_letter: bool) -> InFlight {
+        match dead_letter {
+            true => InFlight {
+                state: RecordState::Archiving,
+                delivery_count,
+                member: None,
+                lock_expires_ms: None,
+                staged: None,
+            },
+            false => InFlight::done(RecordState::Archived, delivery_count),
+        }
+    }
+
     fn acquired_by(&self, member: &str) -> bool {
         self.state == RecordState::Acquired && self.member.as_deref() == Some(member)
     }
@@ -176,7 +202,9 @@ impl InFlight {
             RecordState::TxPending => {
                 member && (!lock || crate::mutant!(SharePendingLockExpires)) && staged && self.delivery_count >= 1
             }
-            RecordState::Available | RecordState::Acknowledged | RecordState::Archived => !member && !lock && !staged,
+            RecordState::Available | RecordState::Acknowledged | RecordState::Archiving | RecordState::Archived => {
+                !member && !lock && !staged
+            }
         };
         (!holds).then_some("an entry's member, lock and transaction are those of its state")
     }
@@ -216,6 +244,15 @@ impl AckBatch {
     }
 }
 
+/// Records on their way to the dead-letter queue (KIP-1191): a run of Archiving offsets with
+/// one delivery count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadLetterRange {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub delivery_count: u16,
+}
+
 /// Why an acknowledgement changed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckError {
@@ -246,6 +283,9 @@ pub enum Event<'a> {
     StartAt { offset: i64 },
     /// The group's settings changed.
     Settings(ShareSettings),
+    /// KIP-1191: the dead-letter queue has the Archiving records of the range (or writing them
+    /// there failed for good): they are archived.
+    DeadLettered { first_offset: i64, last_offset: i64 },
 }
 
 /// What an event did, for the caller to answer.
@@ -350,6 +390,24 @@ impl ShareWindow {
         self.records.values().filter(|e| e.state == state).count()
     }
 
+    /// The runs of records on their way to the dead-letter queue (KIP-1191).
+    pub fn dead_letters(&self) -> Vec<DeadLetterRange> {
+        let mut ranges: Vec<DeadLetterRange> = Vec::new();
+        for (&offset, entry) in self.records.iter().filter(|(_, e)| e.state == RecordState::Archiving) {
+            match ranges.last_mut() {
+                Some(r) if r.last_offset + 1 == offset && r.delivery_count == entry.delivery_count => {
+                    r.last_offset = offset
+                }
+                _ => ranges.push(DeadLetterRange {
+                    first_offset: offset,
+                    last_offset: offset,
+                    delivery_count: entry.delivery_count,
+                }),
+            }
+        }
+        ranges
+    }
+
     /// The one transition of the window.
     pub fn apply(&mut self, event: Event) -> Outcome {
         let mut outcome = Outcome::default();
@@ -415,6 +473,19 @@ impl ShareWindow {
             Event::StartAt { offset } => {
                 outcome.durable_change = self.start_at(offset);
             }
+            Event::DeadLettered { first_offset, last_offset } => {
+                let sent: Vec<i64> = self
+                    .records
+                    .range(first_offset..=last_offset)
+                    .filter(|(_, e)| e.state == RecordState::Archiving)
+                    .map(|(o, _)| *o)
+                    .collect();
+                outcome.durable_change = !sent.is_empty();
+                for offset in sent {
+                    let count = self.records[&offset].delivery_count;
+                    self.set(offset, InFlight::done(RecordState::Archived, count));
+                }
+            }
             Event::Settings(settings) => {
                 assert!(settings.delivery_count_limit >= 1 && settings.max_in_flight >= 1, "settings were validated");
                 self.settings = settings;
@@ -439,7 +510,7 @@ impl ShareWindow {
     fn let_go(&mut self, offset: i64) {
         let count = self.records[&offset].delivery_count;
         let next = match count >= self.settings.delivery_count_limit {
-            true => InFlight::done(RecordState::Archived, count),
+            true => InFlight::dead(count, self.settings.dead_letter),
             false => InFlight::available(count),
         };
         self.set(offset, next);
@@ -495,7 +566,7 @@ impl ShareWindow {
                     continue;
                 }
                 if entry.delivery_count >= self.settings.delivery_count_limit {
-                    self.set(offset, InFlight::done(RecordState::Archived, entry.delivery_count));
+                    self.set(offset, InFlight::dead(entry.delivery_count, self.settings.dead_letter));
                     continue;
                 }
                 let delivery_count = entry.delivery_count + 1;
@@ -565,7 +636,8 @@ impl ShareWindow {
             let count = entry.delivery_count;
             match batch.type_at(offset) {
                 AckType::Accept => self.set(offset, InFlight::done(RecordState::Acknowledged, count)),
-                AckType::Reject | AckType::Gap => self.set(offset, InFlight::done(RecordState::Archived, count)),
+                AckType::Reject => self.set(offset, InFlight::dead(count, self.settings.dead_letter)),
+                AckType::Gap => self.set(offset, InFlight::done(RecordState::Archived, count)),
                 AckType::Release => self.let_go(offset),
                 AckType::Renew => {
                     let entry = self.records.get_mut(&offset).expect("checked");
@@ -618,7 +690,7 @@ impl ShareWindow {
             let count = self.records[&offset].delivery_count;
             match (commit, staged.outcome) {
                 (true, Staged::Accept) => self.set(offset, InFlight::done(RecordState::Acknowledged, count)),
-                (true, Staged::Reject) => self.set(offset, InFlight::done(RecordState::Archived, count)),
+                (true, Staged::Reject) => self.set(offset, InFlight::dead(count, self.settings.dead_letter)),
                 (false, _) => self.let_go(offset),
             }
             changed = true;
@@ -682,7 +754,7 @@ mod tests {
     use super::*;
 
     const SETTINGS: ShareSettings =
-        ShareSettings { lock_duration_ms: 30_000, delivery_count_limit: 3, max_in_flight: 100 };
+        ShareSettings { lock_duration_ms: 30_000, delivery_count_limit: 3, max_in_flight: 100, dead_letter: false };
 
     fn batch(base_offset: i64, last_offset: i64) -> LogBatch {
         LogBatch { base_offset, last_offset, deliverable: true }
@@ -750,6 +822,46 @@ mod tests {
         window.apply(Event::Expire { now_ms: 100_000 });
         assert_eq!(window.start_offset(), 1, "offset 0 was delivered 3 times: archived");
         assert_eq!(acquire(&mut window, "c", &[batch(0, 1)], 10, 100_000), vec![range(1, 1, 3)]);
+    }
+
+    #[test]
+    fn with_a_dead_letter_queue_rejected_and_exhausted_records_are_archived_only_once_sent() {
+        let settings = ShareSettings { dead_letter: true, ..SETTINGS };
+        let mut window = ShareWindow::new(0, settings);
+        assert_eq!(acquire(&mut window, "a", &[batch(0, 3)], 10, 0), vec![range(0, 3, 1)]);
+        let acks = [ack(0, 0, AckType::Reject), ack(1, 1, AckType::Gap), ack(2, 2, AckType::Accept)];
+        assert_eq!(acknowledge(&mut window, "a", &acks), Ok(()));
+        assert_eq!(window.count_in(RecordState::Archiving), 1, "the reject waits for the queue; the gap does not");
+        assert_eq!(window.start_offset(), 0, "the start waits for it too");
+        // Offset 3 runs out of deliveries: released at the limit, it waits for the queue too.
+        for count in 1..=3u16 {
+            if count > 1 {
+                assert_eq!(acquire(&mut window, "a", &[batch(3, 3)], 10, 0), vec![range(3, 3, count)]);
+            }
+            assert_eq!(acknowledge(&mut window, "a", &[ack(3, 3, AckType::Release)]), Ok(()));
+        }
+        let letters = window.dead_letters();
+        let want = [
+            DeadLetterRange { first_offset: 0, last_offset: 0, delivery_count: 1 },
+            DeadLetterRange { first_offset: 3, last_offset: 3, delivery_count: 3 },
+        ];
+        assert_eq!(letters, want);
+        assert_eq!(acquire(&mut window, "b", &[batch(0, 3)], 10, 0), vec![], "nothing Archiving is delivered");
+        assert!(window.apply(Event::DeadLettered { first_offset: 0, last_offset: 2 }).durable_change);
+        assert_eq!(window.start_offset(), 3, "archived once sent, and passed");
+        assert!(!window.apply(Event::DeadLettered { first_offset: 0, last_offset: 0 }).durable_change, "once");
+        window.apply(Event::DeadLettered { first_offset: 3, last_offset: 3 });
+        assert_eq!((window.start_offset(), window.dead_letters()), (4, vec![]));
+        // Read back from the volume, what waits for the queue still does.
+        let mut window = ShareWindow::new(0, settings);
+        acquire(&mut window, "a", &[batch(0, 1)], 10, 0);
+        assert_eq!(acknowledge(&mut window, "a", &[ack(0, 1, AckType::Reject)]), Ok(()));
+        let entries: Vec<(i64, InFlight)> = window.entries().map(|(o, e)| (o, e.clone())).collect();
+        let restored = ShareWindow::restore(0, entries, settings).expect("valid");
+        assert_eq!(
+            restored.dead_letters(),
+            vec![DeadLetterRange { first_offset: 0, last_offset: 1, delivery_count: 1 }]
+        );
     }
 
     #[test]
