@@ -348,6 +348,17 @@ impl Client {
         routed!(self, route, "fetch", |c| c.fetch(topic, partition, offset, max_wait_ms))
     }
 
+    pub async fn fetch_messages(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> Outcome<(Vec<(i64, crate::Message)>, i64)> {
+        let route = Route::Leader(topic.to_string(), partition);
+        routed!(self, route, "fetch", |c| c.fetch_messages(topic, partition, offset, max_wait_ms))
+    }
+
     pub async fn fetch_committed(
         &mut self,
         topic: &str,

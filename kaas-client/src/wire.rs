@@ -351,6 +351,36 @@ impl WireClient {
         Outcome::Ok((out, p.high_watermark))
     }
 
+    /// One fetch from `offset`: the records as (offset, message, headers included), and the
+    /// high watermark.
+    pub async fn fetch_messages(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> Outcome<(Vec<(i64, Message)>, i64)> {
+        let p = match self.fetch_partition(topic, partition, offset, max_wait_ms, 0).await {
+            Outcome::Ok(p) => p,
+            Outcome::Failed(code) => return Outcome::Failed(code),
+            Outcome::Indefinite => return Outcome::Indefinite,
+        };
+        let mut out = Vec::new();
+        if let Some(mut records) = p.records.clone() {
+            while records.has_remaining() {
+                let Ok(set) = RecordBatchDecoder::decode(&mut records) else {
+                    return Outcome::Failed(-2);
+                };
+                let skip_below = skipped_below(&set.records, offset);
+                for r in set.records.into_iter().filter(|r| r.offset >= skip_below && !r.control) {
+                    let headers = r.headers.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                    out.push((r.offset, Message { key: r.key, value: r.value, headers }));
+                }
+            }
+        }
+        Outcome::Ok((out, p.high_watermark))
+    }
+
     /// Metadata (v12) of one topic: the brokers and the partitions' leaders.
     pub async fn metadata(&mut self, topic: &str) -> Outcome<TopicRoutes> {
         use kafka_protocol::messages::metadata_request::MetadataRequestTopic;

@@ -113,10 +113,13 @@ pub enum Mutant {
     /// Staged acknowledgements keep their acquisition lock: a lock that runs out while the
     /// transaction is open gives its records to another member (KIP-1289).
     SharePendingLockExpires,
+    /// A record rejected or run out is archived at once, its group's dead-letter queue
+    /// notwithstanding (KIP-1191).
+    ShareDeadLetterSkipped,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 37] = [
+    pub const ALL: [Mutant; 38] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -154,6 +157,7 @@ impl Mutant {
         Mutant::ShareZombieOwnerAcks,
         Mutant::ShareMarkersIgnored,
         Mutant::SharePendingLockExpires,
+        Mutant::ShareDeadLetterSkipped,
     ];
 
     pub fn name(self) -> &'static str {
@@ -195,6 +199,7 @@ impl Mutant {
             Mutant::ShareZombieOwnerAcks => "share-zombie-owner-acks",
             Mutant::ShareMarkersIgnored => "share-markers-ignored",
             Mutant::SharePendingLockExpires => "share-pending-lock-expires",
+            Mutant::ShareDeadLetterSkipped => "share-dead-letter-skipped",
         }
     }
 

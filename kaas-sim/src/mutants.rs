@@ -170,6 +170,12 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["copy-duplicated", "redelivered-after-accept", "double-acquisition"],
         scenarios: &["kip1289-crash-after-commit", "kip1289-zombie"],
     },
+    MutantSpec {
+        mutant: Mutant::ShareDeadLetterSkipped,
+        // A rejected record archived without a word to the group's dead-letter queue.
+        catches: &["dead-letter-missing"],
+        scenarios: &["share"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

@@ -8,7 +8,10 @@
 //! `errors.deadletterqueue.auto.create.topics.enable` allows; source partition `p` goes to
 //! queue partition `p % n`; with `errors.deadletterqueue.copy.record.enable` the record's key,
 //! value and headers are copied. A record that cannot be written (no queue, a refused topic,
-//! a queue partition that stays unwritable) is archived anyway, with the reason logged.
+//! a topic that refuses them) is archived anyway, with the reason logged, as Apache does. A
+//! queue partition that cannot be written just now (between owners, its owner down) is tried
+//! again for as long as this broker owns the source partition, where Apache gives up: the
+//! records wait as Archiving meanwhile, so none is archived without reaching the queue.
 //!
 //! Delivery is at least once: a crash between the queue's write and the archive leaves the
 //! records Archiving in the share partition's file, and its next owner sends them again.
@@ -39,8 +42,7 @@ const HEADER_OFFSET: &str = "__dlq.errors.offset";
 const HEADER_GROUP: &str = "__dlq.errors.group";
 const HEADER_DELIVERY_COUNT: &str = "__dlq.errors.delivery.count";
 const HEADER_MESSAGE: &str = "__dlq.errors.message";
-/// Tries of a write whose queue partition is moving between owners, a retry interval apart.
-const WRITE_TRIES: u32 = 20;
+/// How long a write waits before it tries a queue partition again.
 const RETRY_INTERVAL_MS: u64 = 500;
 /// What one read of the source partition takes, for a copied record (Apache's figure).
 const SOURCE_READ_BYTES: usize = 1 << 20;
@@ -59,6 +61,23 @@ pub(super) fn start<E: Env>(writer: DeadLetterWriter<E>, letters: mpsc::Unbounde
     env.spawner().spawn("dead-letters", writer.run(letters));
 }
 
+/// What came of a letter's write.
+enum Written {
+    Yes,
+    /// No queue can take the records (none configured, a refused topic): archived anyway.
+    Never(String),
+    /// The source partition moved to another broker while the queue could not be written.
+    NotOurs,
+}
+
+/// Why a letter cannot be written.
+enum Unwritable {
+    /// Not to any queue: archived anyway.
+    Never(String),
+    /// Not yet: tried again while the source is this broker's.
+    Yet(String),
+}
+
 /// A queue partition between owners, or one that could not write just now.
 fn retriable(e: &CoreError) -> bool {
     matches!(
@@ -74,8 +93,10 @@ fn retriable(e: &CoreError) -> bool {
 impl<E: Env> DeadLetterWriter<E> {
     async fn run(self, mut letters: mpsc::UnboundedReceiver<DeadLetter>) {
         while let Some(letter) = letters.recv().await {
-            if let Err(why) = self.write(&letter).await {
-                tracing::warn!(
+            tracing::debug!(?letter, "dead letter to write");
+            match self.write(&letter).await {
+                Written::Yes => {}
+                Written::Never(why) => tracing::warn!(
                     group = %letter.group_id,
                     topic = %letter.topic,
                     partition = letter.partition,
@@ -83,50 +104,84 @@ impl<E: Env> DeadLetterWriter<E> {
                     last_offset = letter.range.last_offset,
                     reason = %why,
                     "records archived without their dead-letter queue"
-                );
+                ),
+                // Its next owner sends the records again.
+                Written::NotOurs => continue,
             }
             self.archive(&letter).await;
         }
     }
 
-    /// Puts the letter's records on the group's dead-letter queue, or says why not.
-    async fn write(&self, letter: &DeadLetter) -> Result<(), String> {
+    /// Puts the letter's records on the group's dead-letter queue: retried while the queue
+    /// partition cannot take them and this broker still owns the source partition.
+    async fn write(&self, letter: &DeadLetter) -> Written {
+        loop {
+            let outcome = match self.prepare(letter).await {
+                Ok((queue, target, records)) => match self.produce(&queue, target, records).await {
+                    Ok(()) => {
+                        tracing::debug!(
+                            group = %letter.group_id,
+                            topic = %letter.topic,
+                            partition = letter.partition,
+                            first_offset = letter.range.first_offset,
+                            last_offset = letter.range.last_offset,
+                            queue = %queue,
+                            "records written to the dead-letter queue"
+                        );
+                        return Written::Yes;
+                    }
+                    Err(e) if retriable(&e) => format!("{queue}-{target}: {e:?}"),
+                    Err(e) => return Written::Never(format!("{queue}-{target} refused the records: {e:?}")),
+                },
+                Err(Unwritable::Never(why)) => return Written::Never(why),
+                Err(Unwritable::Yet(why)) => why,
+            };
+            tracing::debug!(group = %letter.group_id, reason = %outcome, "dead-letter queue not written yet");
+            if !self.owns_source(letter) {
+                return Written::NotOurs;
+            }
+            self.env.clock().sleep_ms(RETRY_INTERVAL_MS).await;
+        }
+    }
+
+    /// Whether this broker still owns the letter's source partition.
+    fn owns_source(&self, letter: &DeadLetter) -> bool {
+        let view = self.membership.view();
+        let owner = self.topics.snapshot().owner(&letter.topic, letter.partition, &view);
+        owner == Some(view.me)
+    }
+
+    /// The queue, its partition for the letter, and the batch to write there; or why the
+    /// records cannot go to a queue.
+    async fn prepare(&self, letter: &DeadLetter) -> Result<(String, i32, Bytes), Unwritable> {
         let snapshot = self.topics.snapshot();
         if snapshot.effective.share_version < 2 {
-            return Err("share.version is below 2".into());
+            return Err(Unwritable::Never("share.version is below 2".into()));
         }
         let configs = snapshot.group_configs.get(&letter.group_id);
         let config = |name: &str| configs.and_then(|c| c.get(name)).map(|v| v.trim().to_string());
         let queue = config(group::ERRORS_DEADLETTERQUEUE_TOPIC_NAME).unwrap_or_default();
         if queue.is_empty() {
-            return Err("the group has no dead-letter queue now".into());
+            return Err(Unwritable::Never("the group has no dead-letter queue now".into()));
         }
         if queue.starts_with("__") {
-            return Err(format!("dead-letter queue {queue} is an internal topic's name"));
+            return Err(Unwritable::Never(format!("dead-letter queue {queue} is an internal topic's name")));
         }
         let prefix = &snapshot.effective.errors_deadletterqueue_topic_name_prefix;
         if !queue.starts_with(prefix.as_str()) {
-            return Err(format!("dead-letter queue {queue} does not have the prefix {prefix}"));
+            return Err(Unwritable::Never(format!("dead-letter queue {queue} does not have the prefix {prefix}")));
         }
         let copy = config(group::ERRORS_DEADLETTERQUEUE_COPY_RECORD_ENABLE).is_some_and(|v| v == "true");
-        let snapshot = self.queue_topic(snapshot, &queue).await?;
-        let partitions = snapshot.topics.get(&queue).map(|t| t.meta.partitions).ok_or("the queue topic is gone")?;
+        let snapshot = self.queue_topic(snapshot, &queue).await.map_err(Unwritable::Never)?;
+        let partitions = snapshot.topics.get(&queue).map(|t| t.meta.partitions);
+        let partitions = partitions.ok_or_else(|| Unwritable::Yet("the queue topic is not known here yet".into()))?;
         let target = letter.partition % partitions;
         let copied = match copy {
-            true => self.source_records(&snapshot, letter).await,
+            true => self.source_records(&snapshot, letter).await.map_err(Unwritable::Yet)?,
             false => BTreeMap::new(),
         };
         let records = self.encode(letter, &copied);
-        let mut last_error = String::new();
-        for _ in 0..WRITE_TRIES {
-            match self.produce(&queue, target, records.clone()).await {
-                Ok(()) => return Ok(()),
-                Err(e) if retriable(&e) => last_error = format!("{e:?}"),
-                Err(e) => return Err(format!("{queue}-{target} refused the records: {e:?}")),
-            }
-            self.env.clock().sleep_ms(RETRY_INTERVAL_MS).await;
-        }
-        Err(format!("{queue}-{target} could not be written: {last_error}"))
+        Ok((queue, target, records))
     }
 
     /// The snapshot with the queue topic in it, created if it must and may be; the topic must
@@ -162,31 +217,42 @@ impl<E: Env> DeadLetterWriter<E> {
     }
 
     /// The letter's records as the source partition has them (this broker owns it: its share
-    /// partition just wrote them Archiving). Offsets it cannot read go with headers alone.
-    async fn source_records(&self, snapshot: &MetadataSnapshot, letter: &DeadLetter) -> BTreeMap<i64, Record> {
+    /// partition just wrote them Archiving); offsets gone below the log's start go with headers
+    /// alone. An error if the partition cannot be read now.
+    async fn source_records(
+        &self,
+        snapshot: &MetadataSnapshot,
+        letter: &DeadLetter,
+    ) -> Result<BTreeMap<i64, Record>, String> {
         let mut found = BTreeMap::new();
-        let Some(partition) = snapshot.partition(&letter.topic, letter.partition) else { return found };
+        let partition =
+            snapshot.partition(&letter.topic, letter.partition).ok_or("the source partition is not known")?;
         let mut offset = letter.range.first_offset;
         while offset <= letter.range.last_offset {
-            let Ok(read) = partition.read(offset, SOURCE_READ_BYTES, Isolation::ReadUncommitted).await else { break };
-            let Ok(batches) = batch::split_produced(&read.records) else { break };
+            let read = partition.read(offset, SOURCE_READ_BYTES, Isolation::ReadUncommitted).await;
+            let read = read.map_err(|e| format!("cannot read the source records: {e:?}"))?;
+            if read.records.is_empty() {
+                // Gone below the log's start (retention): headers alone, as Apache writes them.
+                break;
+            }
             let before = offset;
-            for (header, raw) in batches {
-                let mut buf = raw;
-                if let Ok(set) = RecordBatchDecoder::decode(&mut buf) {
-                    for record in set.records {
-                        if (letter.range.first_offset..=letter.range.last_offset).contains(&record.offset) {
-                            found.insert(record.offset, record);
-                        }
-                    }
+            let mut at = 0;
+            while at < read.records.len() {
+                let Ok(header) = batch::BatchHeader::parse(&read.records[at..]) else { break };
+                let end = (at + header.total_len()).min(read.records.len());
+                let mut raw = read.records.slice(at..end);
+                if let Ok(set) = RecordBatchDecoder::decode(&mut raw) {
+                    let wanted = letter.range.first_offset..=letter.range.last_offset;
+                    found.extend(set.records.into_iter().filter(|r| wanted.contains(&r.offset)).map(|r| (r.offset, r)));
                 }
                 offset = offset.max(header.next_offset());
+                at = end;
             }
             if offset == before {
                 break;
             }
         }
-        found
+        Ok(found)
     }
 
     /// One batch with a record per offset of the letter: Apache's context headers, after the

@@ -16,8 +16,15 @@
 //!   record behind it that no member accepted or rejected and that cannot have reached the
 //!   delivery limit (archived unseen), counting the deliveries a fetch whose answer was lost
 //!   may have made.
+//! - dead-letter-missing (KIP-1191, with a dead-letter queue): a record rejected, or acquired
+//!   as often as the limit allows and never accepted, is not on the queue (or the queue could
+//!   not be read);
+//! - dead-letter-wrong: a queue record naming a record that was accepted, another group or
+//!   topic, or not carrying the record's value.
 
 use std::collections::BTreeMap;
+
+use bytes::Bytes;
 
 /// How a member acknowledged a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +75,41 @@ pub struct Staged {
     pub staged: bool,
 }
 
+/// A record of the dead-letter queue, by Apache's headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub group: String,
+    pub delivery_count: i16,
+    pub message: String,
+    pub value: Option<Bytes>,
+}
+
+impl DeadLetter {
+    pub fn from_headers(headers: &[(String, Option<Bytes>)], value: Option<Bytes>) -> DeadLetter {
+        let text = |name: &str| {
+            headers
+                .iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.as_ref())
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
+        };
+        DeadLetter {
+            topic: text("__dlq.errors.topic"),
+            partition: text("__dlq.errors.partition").parse().unwrap_or(-1),
+            offset: text("__dlq.errors.offset").parse().unwrap_or(-1),
+            group: text("__dlq.errors.group"),
+            delivery_count: text("__dlq.errors.delivery.count").parse().unwrap_or(-1),
+            message: text("__dlq.errors.message"),
+            value,
+        }
+    }
+}
+
 /// Everything the share members did and saw, for `check`.
 #[derive(Debug, Default)]
 pub struct ShareLog {
@@ -89,6 +131,12 @@ pub struct ShareLog {
     pub unknown_fetches: Vec<(i32, u64, u64)>,
     /// The share group's start offset of each partition at the end (-1: none known).
     pub final_start: BTreeMap<i32, i64>,
+    /// KIP-1191: the group had a dead-letter queue, and what it held at the end (`None`: it
+    /// could not be read).
+    pub dead_letter: bool,
+    pub dead_letters: Option<Vec<DeadLetter>>,
+    /// Each input record's value, by (partition, offset), for the copies on the queue.
+    pub values: BTreeMap<(i32, i64), Bytes>,
 }
 
 /// Codes a broker refuses an acknowledgement with before anything is written.
@@ -192,7 +240,72 @@ pub fn check(log: &ShareLog) -> Vec<String> {
             }
         }
     }
+    if log.dead_letter {
+        check_dead_letters(log, &by_record, &mut violations);
+    }
     violations
+}
+
+/// KIP-1191: what must be on the dead-letter queue is, and what is there is right.
+fn check_dead_letters(
+    log: &ShareLog,
+    by_record: &BTreeMap<(i32, i64), Vec<&Acquisition>>,
+    violations: &mut Vec<String>,
+) {
+    let topic = &log.topic;
+    let Some(letters) = &log.dead_letters else {
+        violations.push("dead-letter-missing: the dead-letter queue could not be read at the end".into());
+        return;
+    };
+    let on_queue: BTreeMap<(i32, i64), &DeadLetter> = letters.iter().map(|l| ((l.partition, l.offset), l)).collect();
+    // An acknowledgement of a record already done is answered as done and changes nothing,
+    // so one kind answered done rules out nothing of the other: both are "maybe".
+    let acked = |key: (i32, i64), kind: AckKind, surely: bool| {
+        log.acks.iter().any(|a| {
+            (a.partition, a.offset) == key
+                && a.kind == kind
+                && match surely {
+                    true => a.outcome == AckOutcome::Done,
+                    false => !matches!(a.outcome, AckOutcome::Refused(code) if refused_before_write(code)),
+                }
+        })
+    };
+    let ran_out = |key: (i32, i64)| {
+        by_record
+            .get(&key)
+            .is_some_and(|acquired| acquired.iter().any(|a| a.delivery_count >= log.delivery_count_limit))
+    };
+    for letter in letters {
+        let key = (letter.partition, letter.offset);
+        let only_accepted = acked(key, AckKind::Accept, true) && !acked(key, AckKind::Reject, false) && !ran_out(key);
+        let wrong = if letter.topic != *topic || letter.group.is_empty() {
+            Some(format!("names {}/{} of group {:?}", letter.topic, letter.partition, letter.group))
+        } else if only_accepted {
+            Some("was accepted, never rejected nor run out".into())
+        } else if log.values.get(&key).is_some_and(|v| letter.value.as_ref() != Some(v)) {
+            Some(format!("carries {:?}, not the record's value", letter.value))
+        } else {
+            None
+        };
+        if let Some(why) = wrong {
+            violations
+                .push(format!("dead-letter-wrong: the queue's record for {topic}-{} offset {} {why}", key.0, key.1));
+            return;
+        }
+    }
+    for &key in by_record.keys() {
+        let rejected = acked(key, AckKind::Reject, true);
+        let must = (rejected || ran_out(key)) && !acked(key, AckKind::Accept, false);
+        if must && !on_queue.contains_key(&key) {
+            violations.push(format!(
+                "dead-letter-missing: {topic}-{} offset {} was {} but is not on the dead-letter queue",
+                key.0,
+                key.1,
+                if rejected { "rejected" } else { "delivered as often as the limit allows and never accepted" }
+            ));
+            return;
+        }
+    }
 }
 
 /// Whether a record may have reached the group's delivery limit, and so been archived unseen:
@@ -281,6 +394,48 @@ mod tests {
         assert!(check(&l).is_empty(), "the rejoin may have come first");
         l.staged.push(Staged { member: "a".into(), member_epoch: 3, sent: 5, staged: true });
         assert_eq!(classes(&check(&l)), ["ack-after-fence"]);
+    }
+
+    fn letter(offset: i64, value: &str) -> DeadLetter {
+        DeadLetter {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            group: "g".into(),
+            delivery_count: 1,
+            message: "Offset rejected by client.".into(),
+            value: Some(Bytes::from(value.to_string())),
+        }
+    }
+
+    #[test]
+    fn with_a_dead_letter_queue_what_is_rejected_or_runs_out_is_on_it() {
+        let mut l = log();
+        l.dead_letter = true;
+        l.values = BTreeMap::from([((0, 0), Bytes::from("v0")), ((0, 1), Bytes::from("v1"))]);
+        l.dead_letters = Some(vec![letter(1, "v1")]);
+        assert!(check(&l).is_empty());
+        let mut missing = l;
+        missing.dead_letters = Some(vec![]);
+        assert_eq!(classes(&check(&missing)), ["dead-letter-missing"], "offset 1 was rejected");
+        let mut unread = missing;
+        unread.dead_letters = None;
+        assert_eq!(classes(&check(&unread)), ["dead-letter-missing"]);
+        let mut ran_out = log();
+        ran_out.dead_letter = true;
+        ran_out.dead_letters = Some(vec![letter(1, "v1")]);
+        ran_out.acks[0].kind = AckKind::Release;
+        ran_out.acquisitions.push(acquired("b", 0, 3, 5, 6));
+        assert_eq!(classes(&check(&ran_out)), ["dead-letter-missing"], "offset 0 ran out of deliveries");
+        let mut accepted = log();
+        accepted.dead_letter = true;
+        accepted.dead_letters = Some(vec![letter(1, "v1"), letter(0, "v0")]);
+        assert_eq!(classes(&check(&accepted)), ["dead-letter-wrong"], "offset 0 was accepted");
+        let mut miscopied = log();
+        miscopied.dead_letter = true;
+        miscopied.values = BTreeMap::from([((0, 1), Bytes::from("v1"))]);
+        miscopied.dead_letters = Some(vec![letter(1, "v0")]);
+        assert_eq!(classes(&check(&miscopied)), ["dead-letter-wrong"]);
     }
 
     #[test]

@@ -5,9 +5,12 @@
 //! brokers crash, pause past their lease and lose the volume, while share partitions move with
 //! their partitions.
 //!
+//! Half the worlds give the group a dead-letter queue (KIP-1191), created when first written.
+//!
 //! Afterwards `checkers::share` holds the run to invariant 10: one holder at a time with
 //! delivery counts that only go up, nothing accepted delivered again, no acquisition by a
-//! member its group fenced, and nothing lost: the group's start offset reaches the input's end.
+//! member its group fenced, nothing lost (the group's start offset reaches the input's end),
+//! and, with a queue, every record rejected or run out on it.
 
 use std::time::Duration;
 
@@ -28,6 +31,8 @@ use crate::workloads::{self, Shared, backoff};
 
 const TOPIC: &str = "queue";
 const GROUP: &str = "workers";
+/// The group's dead-letter queue, in the worlds that have one.
+const DEAD_LETTERS: &str = "dlq.queue";
 const SIM_SECONDS_MAX: u64 = 900;
 /// The members have this long, from their start, to finish the queue.
 const FINISH_MS: u64 = 240_000;
@@ -55,6 +60,9 @@ pub struct Share {
     pub session_timeout_ms: i32,
     pub heartbeat_interval_ms: i32,
     pub delivery_count_limit: i32,
+    /// KIP-1191: the group has a dead-letter queue (records copied there).
+    #[serde(default)]
+    pub dead_letter: bool,
 }
 
 impl World for Share {
@@ -119,6 +127,7 @@ impl World for Share {
             session_timeout_ms,
             heartbeat_interval_ms: rng.random_range(session_timeout_ms / 6..=session_timeout_ms / 3),
             delivery_count_limit: rng.random_range(2..=5),
+            dead_letter: rng.random_bool(0.5),
         }
     }
 
@@ -133,6 +142,7 @@ impl World for Share {
             group_share_session_timeout_ms: self.session_timeout_ms,
             group_share_heartbeat_interval_ms: self.heartbeat_interval_ms,
             group_share_delivery_count_limit: self.delivery_count_limit,
+            errors_deadletterqueue_auto_create_topics_enable: true,
             ..BrokerConfig::default()
         };
         let config = match &self.leases {
@@ -195,9 +205,18 @@ async fn starts(client: &mut crate::client::Client, partitions: i32) -> Option<V
 async fn workload(s: Share, world: Shared, members: SharedMembers) -> turmoil::Result {
     workloads::create_topic(&world, TOPIC, s.partitions).await;
     let mut admin = workloads::client(&world, "admin");
-    while !matches!(admin.alter_group_configs(GROUP, &[("share.auto.offset.reset", "earliest")]).await, Outcome::Ok(()))
-    {
+    let mut configs = vec![("share.auto.offset.reset", "earliest")];
+    if s.dead_letter {
+        configs.push(("errors.deadletterqueue.topic.name", DEAD_LETTERS));
+        configs.push(("errors.deadletterqueue.copy.record.enable", "true"));
+    }
+    while !matches!(admin.alter_group_configs(GROUP, &configs).await, Outcome::Ok(())) {
         backoff().await;
+    }
+    if s.dead_letter {
+        // Every broker knows of the queue before the first record can be rejected: group
+        // configs reach the others within a heartbeat.
+        tokio::time::sleep(Duration::from_millis(5_000)).await;
     }
     write_input(&s, &world, true).await;
     {
@@ -253,7 +272,61 @@ async fn workload(s: Share, world: Shared, members: SharedMembers) -> turmoil::R
         }
         backoff().await;
     }
+    if s.dead_letter {
+        let letters = dead_letters(&mut monitor).await;
+        let mut values = std::collections::BTreeMap::new();
+        for (&p, &end) in &ends {
+            values.extend(input_values(&mut monitor, p, end).await.into_iter().map(|(o, v)| ((p, o), v)));
+        }
+        let mut m = members.lock().unwrap();
+        m.log.dead_letter = true;
+        m.log.dead_letters = letters;
+        m.log.values = values;
+    }
     Ok(())
+}
+
+/// The input partition's records up to `end`, as (offset, value).
+async fn input_values(client: &mut crate::client::Client, partition: i32, end: i64) -> Vec<(i64, Bytes)> {
+    let mut values = Vec::new();
+    let mut offset = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(60_000);
+    while offset < end && tokio::time::Instant::now() < deadline {
+        match client.fetch(TOPIC, partition, offset, 100).await {
+            Outcome::Ok((records, _)) => {
+                for (at, value) in records {
+                    offset = at + 1;
+                    values.push((at, value));
+                }
+            }
+            _ => backoff().await,
+        }
+    }
+    values
+}
+
+/// Everything on the dead-letter queue (one partition: `num.partitions`), as the checker
+/// reads it: the record each names by its headers. `None` if it could not be read in time.
+async fn dead_letters(client: &mut crate::client::Client) -> Option<Vec<share_check::DeadLetter>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(20_000);
+    let mut letters = Vec::new();
+    let mut offset = 0;
+    while tokio::time::Instant::now() < deadline {
+        match client.fetch_messages(DEAD_LETTERS, 0, offset, 100).await {
+            Outcome::Ok((records, high_watermark)) => {
+                for (at, message) in records {
+                    offset = at + 1;
+                    letters.push(share_check::DeadLetter::from_headers(&message.headers, message.value));
+                }
+                if offset >= high_watermark {
+                    return Some(letters);
+                }
+            }
+            _ => backoff().await,
+        }
+    }
+    // Never readable: never created, if nothing was rejected or ran out (the checker says).
+    (offset == 0).then_some(letters)
 }
 
 #[cfg(test)]

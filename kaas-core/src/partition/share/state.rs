@@ -178,7 +178,7 @@ impl InFlight {
 
     /// Done with for good, or (KIP-1191) first sent to the dead-letter queue.
     fn dead(delivery_count: u16, dead_letter: bool) -> InFlight {
-        match dead_letter {
+        match dead_letter && !crate::mutant!(ShareDeadLetterSkipped) {
             true => InFlight {
                 state: RecordState::Archiving,
                 delivery_count,
@@ -413,12 +413,13 @@ impl ShareWindow {
         let mut outcome = Outcome::default();
         match event {
             Event::Acquire { member, batches, max_records, mode, now_ms } => {
-                let archived_before = self.count_in(RecordState::Archived);
+                let archived = |w: &Self| w.count_in(RecordState::Archived) + w.count_in(RecordState::Archiving);
+                let archived_before = archived(self);
                 outcome.acquired = self.acquire(member, batches, max_records, mode, now_ms);
                 // Records archived on the way (a gap, a control batch, one at its delivery
-                // limit) are as durable a change as those acquired.
-                outcome.durable_change =
-                    !outcome.acquired.is_empty() || self.count_in(RecordState::Archived) != archived_before;
+                // limit), or sent towards the dead-letter queue, are as durable a change as
+                // those acquired.
+                outcome.durable_change = !outcome.acquired.is_empty() || archived(self) != archived_before;
             }
             Event::Acknowledge { member, batches, renew_allowed, now_ms } => {
                 let allowed = |t: AckType| t != AckType::Renew || renew_allowed;
@@ -862,6 +863,21 @@ mod tests {
             restored.dead_letters(),
             vec![DeadLetterRange { first_offset: 0, last_offset: 1, delivery_count: 1 }]
         );
+        // A record read back available at its limit goes towards the queue when next met, and
+        // that alone is a change to write (kaas-sim share seed 34: it was not, and the start
+        // stuck behind a record nobody would send).
+        let at_limit = InFlight { delivery_count: 3, ..InFlight::available(0) };
+        let mut window = ShareWindow::restore(0, [(0, at_limit)], settings).expect("valid");
+        let event = Event::Acquire {
+            member: "a",
+            batches: &[batch(0, 0)],
+            max_records: 10,
+            mode: AcquireMode::RecordLimit,
+            now_ms: 0,
+        };
+        let outcome = window.apply(event);
+        assert!(outcome.acquired.is_empty() && outcome.durable_change);
+        assert_eq!(window.dead_letters(), vec![DeadLetterRange { first_offset: 0, last_offset: 0, delivery_count: 3 }]);
     }
 
     #[test]
