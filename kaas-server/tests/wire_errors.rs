@@ -155,3 +155,33 @@ fn malformed_frames_close_only_their_connection() {
     assert_eq!(i32::from_be_bytes(body[0..4].try_into().unwrap()), 42);
     api_versions_v0_works(&kaas);
 }
+
+#[test]
+fn share_apis_are_refused_below_their_share_version() {
+    // A whole ShareGroupHeartbeat (76, v1, flexible): group "g", member "m", epoch 0, no rack,
+    // subscribed to "t". Answered at the default share.version; at 0, which advertises no share
+    // group API, it closes its connection as an API kaas does not serve would.
+    let mut request = Vec::new();
+    request.extend_from_slice(&76i16.to_be_bytes());
+    request.extend_from_slice(&1i16.to_be_bytes());
+    request.extend_from_slice(&5i32.to_be_bytes());
+    request.extend_from_slice(&(-1i16).to_be_bytes()); // no client id
+    request.push(0); // no tagged fields
+    request.extend_from_slice(&[2, b'g', 2, b'm', 0, 0, 0, 0, 0, 2, 2, b't', 0]);
+    let kaas = Kaas::start("wire-share-version-3", &[]);
+    let mut s = connect(&kaas);
+    s.write_all(&frame(&request)).unwrap();
+    let body = read_response(&mut s).expect("answered at share.version 3");
+    assert_eq!(i32::from_be_bytes(body[0..4].try_into().unwrap()), 5);
+    drop(kaas);
+    let kaas = Kaas::start("wire-share-version-0", &["share.version=0"]);
+    let mut s = connect(&kaas);
+    s.write_all(&frame(&request)).unwrap();
+    assert!(closed(&mut s), "a share API below share.version closes its connection");
+    // ApiVersions still answers on a new connection.
+    let mut s = connect(&kaas);
+    s.write_all(&frame(&header(18, 1, 7))).unwrap();
+    let body = read_response(&mut s).unwrap();
+    assert_eq!(i32::from_be_bytes(body[0..4].try_into().unwrap()), 7);
+    assert_eq!(i16::from_be_bytes(body[4..6].try_into().unwrap()), 0, "ApiVersions answers");
+}

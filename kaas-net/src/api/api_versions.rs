@@ -42,7 +42,7 @@ pub fn advertised_max(key: ApiKey, max: i16, transaction_version: i16) -> i16 {
 
 /// Whether `key` is served at the `share.version` level: share groups' APIs from 1,
 /// TxnShareAcknowledge from 3, as Apache leaves out the APIs of a feature not finalized.
-fn served_at_share_level(key: ApiKey, share_version: i16) -> bool {
+pub fn served_at_share_level(key: ApiKey, share_version: i16) -> bool {
     match key {
         ApiKey::TxnShareAcknowledge => share_version >= SHARE_TRANSACTIONAL_ACKS,
         ApiKey::ShareGroupHeartbeat

@@ -132,6 +132,10 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
             _ => Err(format!("unsupported version {version} of {key:?}")),
         };
     }
+    if !api_versions::served_at_share_level(key, ctx.broker.config.share_version) {
+        // Not advertised at this share.version: refused as an API kaas does not serve.
+        return Err(format!("{key:?} is not served at share.version {}", ctx.broker.config.share_version));
+    }
     if key == ApiKey::Produce && version <= PRODUCE_REFUSED_MAX {
         return produce::refuse_old_version(&header, &mut body).map(Answer::Now);
     }
