@@ -1,6 +1,7 @@
 //! The corner-case matrix, made visible (`kaas-sim coverage`): every cell a world can reach
 //! (each crash point and BUGGIFY site, each fault kind, each KIP-1289 case, each placement of
-//! a transaction's coordinator, outputs and share partitions) and how many worlds of a run
+//! a transaction's coordinator, outputs and share partitions, each way of KIP-1191's dead
+//! letters) and how many worlds of a run
 //! reached it, so that a cell no world reaches shows as zero instead of passing unnoticed.
 //!
 //! A run (`kaas-sim run --coverage FILE`) writes one line per world: its scenario, seed and the
@@ -48,6 +49,17 @@ pub fn universe() -> Vec<(&'static str, Vec<String>)> {
         ("faults", faults),
         ("KIP-1289 cases", cases),
         ("placements (KIP-1289 transactions staged)", share_copier::placement_cells()),
+        (
+            "KIP-1191 dead letters",
+            [
+                "dead-letter written (queue partition here)",
+                "dead-letter written (at the queue partition's owner)",
+                "dead-letter sent again by a later owner",
+                "dead-letter source moved before the queue was written",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
     ]
 }
 

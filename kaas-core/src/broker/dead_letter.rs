@@ -33,6 +33,7 @@ use crate::error::CoreError;
 use crate::partition::Isolation;
 use crate::partition::log::batch;
 use crate::partition::share::{DeadLetter, ShareCommand};
+use crate::reach;
 use crate::topics::{CreateTopic, MetadataSnapshot, TopicsHandle};
 use crate::txn::peers::PeersHandle;
 
@@ -106,7 +107,10 @@ impl<E: Env> DeadLetterWriter<E> {
                     "records archived without their dead-letter queue"
                 ),
                 // Its next owner sends the records again.
-                Written::NotOurs => continue,
+                Written::NotOurs => {
+                    reach("dead-letter source moved before the queue was written");
+                    continue;
+                }
             }
             self.archive(&letter).await;
         }
@@ -158,7 +162,12 @@ impl<E: Env> DeadLetterWriter<E> {
         if snapshot.effective.share_version < 2 {
             return Err(Unwritable::Never("share.version is below 2".into()));
         }
-        let configs = snapshot.group_configs.get(&letter.group_id);
+        // Read afresh: a group config set a moment ago on a peer may not have reached this
+        // broker's snapshot yet (a new owner of the source, say), and a record must not be
+        // archived unsent for that.
+        let fresh = crate::cluster::group_configs::read(self.env.volume()).await;
+        let fresh = fresh.map_err(|e| Unwritable::Yet(format!("cannot read the group configs: {e:?}")))?;
+        let configs = fresh.get(&letter.group_id);
         let config = |name: &str| configs.and_then(|c| c.get(name)).map(|v| v.trim().to_string());
         let queue = config(group::ERRORS_DEADLETTERQUEUE_TOPIC_NAME).unwrap_or_default();
         if queue.is_empty() {
@@ -305,7 +314,10 @@ impl<E: Env> DeadLetterWriter<E> {
         let handle = snapshot.partition(queue, partition).ok_or(CoreError::UnknownTopicOrPartition)?;
         let batches = batch::split_produced(&records).map_err(CoreError::from)?;
         match handle.append(batches, None).await.await {
-            Ok(Ok(_)) => return Ok(()),
+            Ok(Ok(_)) => {
+                reach("dead-letter written (queue partition here)");
+                return Ok(());
+            }
             Ok(Err(CoreError::NotLeaderOrFollower)) => {}
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(CoreError::NotLeaderOrFollower),
@@ -313,7 +325,13 @@ impl<E: Env> DeadLetterWriter<E> {
         let view = self.membership.view();
         let owner = snapshot.owner(queue, partition, &view).and_then(|o| view.endpoint_of(o));
         match owner {
-            Some(peer) => self.peers.produce(peer, queue, partition, records).await,
+            Some(peer) => {
+                let written = self.peers.produce(peer, queue, partition, records).await;
+                if written.is_ok() {
+                    reach("dead-letter written (at the queue partition's owner)");
+                }
+                written
+            }
             None => Err(CoreError::NotLeaderOrFollower),
         }
     }

@@ -239,7 +239,11 @@ impl<E: Env> PartitionActor<E> {
         };
         // Records on their way to a dead-letter queue are handed over once written under this
         // owner's epoch.
-        let dirty = dirty || window.count_in(RecordState::Archiving) > 0;
+        let archiving = window.count_in(RecordState::Archiving) > 0;
+        if archiving {
+            crate::reach("dead-letter sent again by a later owner");
+        }
+        let dirty = dirty || archiving;
         self.shares.insert(group_id.to_string(), Share::new(window, dirty));
         Ok(())
     }
