@@ -79,15 +79,17 @@ enum Unwritable {
     Yet(String),
 }
 
-/// A queue partition between owners, or one that could not write just now.
+/// Whether a queue partition may take the records later: anything but a refusal of the records
+/// themselves (a partition between owners, its owner down, a peer that did not answer).
 fn retriable(e: &CoreError) -> bool {
-    matches!(
+    !matches!(
         e,
-        CoreError::NotLeaderOrFollower
-            | CoreError::UnknownTopicOrPartition
-            | CoreError::Storage(_)
-            | CoreError::RequestTimedOut
-            | CoreError::NotEnoughReplicas
+        CoreError::InvalidRecord
+            | CoreError::CorruptMessage
+            | CoreError::MessageTooLarge
+            | CoreError::UnsupportedForMessageFormat
+            | CoreError::InvalidTopic(_)
+            | CoreError::InvalidRequiredAcks
     )
 }
 
@@ -181,7 +183,7 @@ impl<E: Env> DeadLetterWriter<E> {
             return Err(Unwritable::Never(format!("dead-letter queue {queue} does not have the prefix {prefix}")));
         }
         let copy = config(group::ERRORS_DEADLETTERQUEUE_COPY_RECORD_ENABLE).is_some_and(|v| v == "true");
-        let snapshot = self.queue_topic(snapshot, &queue).await.map_err(Unwritable::Never)?;
+        let snapshot = self.queue_topic(snapshot, &queue).await?;
         let partitions = snapshot.topics.get(&queue).map(|t| t.meta.partitions);
         let partitions = partitions.ok_or_else(|| Unwritable::Yet("the queue topic is not known here yet".into()))?;
         let target = letter.partition % partitions;
@@ -195,7 +197,11 @@ impl<E: Env> DeadLetterWriter<E> {
 
     /// The snapshot with the queue topic in it, created if it must and may be; the topic must
     /// say it takes dead letters.
-    async fn queue_topic(&self, snapshot: Arc<MetadataSnapshot>, queue: &str) -> Result<Arc<MetadataSnapshot>, String> {
+    async fn queue_topic(
+        &self,
+        snapshot: Arc<MetadataSnapshot>,
+        queue: &str,
+    ) -> Result<Arc<MetadataSnapshot>, Unwritable> {
         let snapshot = match snapshot.topics.get(queue) {
             Some(_) => snapshot,
             None if snapshot.effective.errors_deadletterqueue_auto_create_topics_enable => {
@@ -208,19 +214,28 @@ impl<E: Env> DeadLetterWriter<E> {
                 };
                 match self.topics.create(create).await {
                     Ok(_) | Err(CoreError::TopicAlreadyExists) => {}
-                    Err(e) => return Err(format!("cannot create dead-letter queue {queue}: {e:?}")),
+                    // A name no topic may have: never. Anything else (the volume full for a
+                    // moment, say): again.
+                    Err(e @ (CoreError::InvalidTopic(_) | CoreError::InvalidConfig(_))) => {
+                        return Err(Unwritable::Never(format!("cannot create dead-letter queue {queue}: {e:?}")));
+                    }
+                    Err(e) => return Err(Unwritable::Yet(format!("cannot create dead-letter queue {queue}: {e:?}"))),
                 }
                 let fresh = self.topics.snapshot();
                 if !fresh.topics.contains_key(queue) {
-                    return Err(format!("dead-letter queue {queue} created but not yet known"));
+                    return Err(Unwritable::Yet(format!("dead-letter queue {queue} created but not yet known")));
                 }
                 fresh
             }
-            None => return Err(format!("dead-letter queue {queue} does not exist and may not be created")),
+            None => {
+                return Err(Unwritable::Never(format!(
+                    "dead-letter queue {queue} does not exist and may not be created"
+                )));
+            }
         };
         let enabled = snapshot.topics[queue].meta.configs.get(DLQ_GROUP_ENABLE).is_some_and(|v| v.trim() == "true");
         if !enabled {
-            return Err(format!("topic {queue} does not have {DLQ_GROUP_ENABLE}=true"));
+            return Err(Unwritable::Never(format!("topic {queue} does not have {DLQ_GROUP_ENABLE}=true")));
         }
         Ok(snapshot)
     }

@@ -902,6 +902,19 @@ mod tests {
     }
 
     #[test]
+    fn a_committed_transactional_reject_goes_to_the_dead_letter_queue_too() {
+        let settings = ShareSettings { dead_letter: true, ..SETTINGS };
+        let mut window = ShareWindow::new(0, settings);
+        acquire(&mut window, "a", &[batch(0, 1)], 10, 0);
+        let staged = [ack(0, 0, AckType::Accept), ack(1, 1, AckType::Reject)];
+        let event = Event::Stage { member: "a", producer_id: 7, producer_epoch: 1, batches: &staged };
+        assert_eq!(window.apply(event).ack, Some(Ok(())));
+        window.apply(Event::CompleteTxn { producer_id: 7, producer_epoch: 2, commit: true });
+        assert_eq!(window.dead_letters(), vec![DeadLetterRange { first_offset: 1, last_offset: 1, delivery_count: 1 }]);
+        assert_eq!(window.start_offset(), 1, "the accept is done; the reject waits for the queue");
+    }
+
+    #[test]
     fn an_aborted_transaction_gives_its_records_back() {
         let mut window = ShareWindow::new(0, SETTINGS);
         acquire(&mut window, "a", &[batch(0, 1)], 10, 0);
