@@ -331,28 +331,17 @@ impl WireClient {
         offset: i64,
         max_wait_ms: i32,
     ) -> Outcome<(Vec<(i64, Bytes)>, i64)> {
-        let p = match self.fetch_partition(topic, partition, offset, max_wait_ms, 0).await {
-            Outcome::Ok(p) => p,
-            Outcome::Failed(code) => return Outcome::Failed(code),
-            Outcome::Indefinite => return Outcome::Indefinite,
-        };
-        let mut out = Vec::new();
-        if let Some(mut records) = p.records.clone() {
-            while records.has_remaining() {
-                let Ok(set) = RecordBatchDecoder::decode(&mut records) else {
-                    return Outcome::Failed(-2);
-                };
-                let skip_below = skipped_below(&set.records, offset);
-                for r in set.records.into_iter().filter(|r| r.offset >= skip_below) {
-                    out.push((r.offset, r.value.unwrap_or_default()));
-                }
+        match self.fetch_records(topic, partition, offset, max_wait_ms).await {
+            Outcome::Ok((records, hw)) => {
+                Outcome::Ok((records.into_iter().map(|r| (r.offset, r.value.unwrap_or_default())).collect(), hw))
             }
+            Outcome::Failed(code) => Outcome::Failed(code),
+            Outcome::Indefinite => Outcome::Indefinite,
         }
-        Outcome::Ok((out, p.high_watermark))
     }
 
-    /// One fetch from `offset`: the records as (offset, message, headers included), and the
-    /// high watermark.
+    /// One fetch from `offset`: the records as (offset, message, headers included), control
+    /// records left out, and the high watermark.
     pub async fn fetch_messages(
         &mut self,
         topic: &str,
@@ -360,6 +349,28 @@ impl WireClient {
         offset: i64,
         max_wait_ms: i32,
     ) -> Outcome<(Vec<(i64, Message)>, i64)> {
+        match self.fetch_records(topic, partition, offset, max_wait_ms).await {
+            Outcome::Ok((records, hw)) => {
+                let messages = records.into_iter().filter(|r| !r.control).map(|r| {
+                    let headers = r.headers.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                    (r.offset, Message { key: r.key, value: r.value, headers })
+                });
+                Outcome::Ok((messages.collect(), hw))
+            }
+            Outcome::Failed(code) => Outcome::Failed(code),
+            Outcome::Indefinite => Outcome::Indefinite,
+        }
+    }
+
+    /// One read_uncommitted fetch from `offset`: every record decoded (from `offset` on), and
+    /// the high watermark.
+    async fn fetch_records(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> Outcome<(Vec<kafka_protocol::records::Record>, i64)> {
         let p = match self.fetch_partition(topic, partition, offset, max_wait_ms, 0).await {
             Outcome::Ok(p) => p,
             Outcome::Failed(code) => return Outcome::Failed(code),
@@ -372,10 +383,7 @@ impl WireClient {
                     return Outcome::Failed(-2);
                 };
                 let skip_below = skipped_below(&set.records, offset);
-                for r in set.records.into_iter().filter(|r| r.offset >= skip_below && !r.control) {
-                    let headers = r.headers.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-                    out.push((r.offset, Message { key: r.key, value: r.value, headers }));
-                }
+                out.extend(set.records.into_iter().filter(|r| r.offset >= skip_below));
             }
         }
         Outcome::Ok((out, p.high_watermark))

@@ -96,18 +96,12 @@ fn retriable(e: &CoreError) -> bool {
 impl<E: Env> DeadLetterWriter<E> {
     async fn run(self, mut letters: mpsc::UnboundedReceiver<DeadLetter>) {
         while let Some(letter) = letters.recv().await {
-            tracing::debug!(?letter, "dead letter to write");
+            tracing::debug!(%letter, cause = letter.cause.message(), "dead letter to write");
             match self.write(&letter).await {
                 Written::Yes => {}
-                Written::Never(why) => tracing::warn!(
-                    group = %letter.group_id,
-                    topic = %letter.topic,
-                    partition = letter.partition,
-                    first_offset = letter.range.first_offset,
-                    last_offset = letter.range.last_offset,
-                    reason = %why,
-                    "records archived without their dead-letter queue"
-                ),
+                Written::Never(why) => {
+                    tracing::warn!(%letter, reason = %why, "records archived without their dead-letter queue")
+                }
                 // Its next owner sends the records again.
                 Written::NotOurs => {
                     reach("dead-letter source moved before the queue was written");
@@ -125,15 +119,7 @@ impl<E: Env> DeadLetterWriter<E> {
             let outcome = match self.prepare(letter).await {
                 Ok((queue, target, records)) => match self.produce(&queue, target, records).await {
                     Ok(()) => {
-                        tracing::debug!(
-                            group = %letter.group_id,
-                            topic = %letter.topic,
-                            partition = letter.partition,
-                            first_offset = letter.range.first_offset,
-                            last_offset = letter.range.last_offset,
-                            queue = %queue,
-                            "records written to the dead-letter queue"
-                        );
+                        tracing::debug!(%letter, queue = %queue, "records written to the dead-letter queue");
                         return Written::Yes;
                     }
                     Err(e) if retriable(&e) => format!("{queue}-{target}: {e:?}"),
@@ -142,7 +128,7 @@ impl<E: Env> DeadLetterWriter<E> {
                 Err(Unwritable::Never(why)) => return Written::Never(why),
                 Err(Unwritable::Yet(why)) => why,
             };
-            tracing::debug!(group = %letter.group_id, reason = %outcome, "dead-letter queue not written yet");
+            tracing::debug!(%letter, reason = %outcome, "dead-letter queue not written yet");
             if !self.owns_source(letter) {
                 return Written::NotOurs;
             }

@@ -41,6 +41,18 @@ pub struct DeadLetter {
     pub cause: DeadLetterCause,
 }
 
+impl std::fmt::Display for DeadLetter {
+    /// As the writer's log lines name it: the group and the source records.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = &self.range;
+        write!(
+            f,
+            "group {} {}-{} offsets {}..={}",
+            self.group_id, self.topic, self.partition, r.first_offset, r.last_offset
+        )
+    }
+}
+
 /// Where partition actors send their dead letters: one writer per broker.
 pub type DeadLetterSender = mpsc::UnboundedSender<DeadLetter>;
 
