@@ -378,4 +378,72 @@ mod tests {
         assert_eq!((described[0].0, described[0].1.producer_epoch, described[0].1.last_seq()), (pid, 1, Some(4)));
         let _ = std::fs::remove_dir_all(dir); // allow-nondeterminism: test clean-up
     }
+
+    /// A ShareFetch is sent the batches it acquired records of, not the read around them, and
+    /// an acquisition reads on, across segments, until its records are taken.
+    #[tokio::test]
+    async fn share_acquire_sends_only_the_batches_it_acquired() {
+        use crate::partition::share::state::{AcquireMode, ShareSettings};
+        use crate::partition::share::{AutoOffsetReset, ShareCommand, ShareFetched, ShareGroupConfig};
+        let dir = std::env::temp_dir().join(format!("kaas-share-{:x}", crate::env::Rng::next_u64(&RealRng::default())));
+        let env = RealEnv::new(&dir);
+        let settings = PartitionSettings {
+            log: LogConfig { segment_bytes: 2000, ..LogConfig::default() },
+            max_message_bytes: 1 << 20,
+            producer_id_expiration_ms: 86_400_000,
+        };
+        let (data_version, _) = watch::channel(0);
+        let view = ClusterView::standalone(0, crate::env::Clock::monotonic(env.clock()));
+        let (_cluster, cluster) = watch::channel(Arc::new(view));
+        let (dead_letters, _) = mpsc::unbounded_channel();
+        let links = Links { data_version, cluster, dead_letters };
+        let partition = start(&env, ("t".to_string(), 0), "t-0".into(), [7; 16], settings, links).await;
+        partition.own(Claimed { epoch: 1, takeover: true }, 0).await.unwrap();
+        let batch = crate::partition::log::batch::tests::make_batch(0, 5, 1_767_225_600_000);
+        for _ in 0..40 {
+            produce(&partition, batch.clone()).await.unwrap();
+        }
+        let window = ShareSettings {
+            lock_duration_ms: 30_000,
+            delivery_count_limit: 5,
+            max_in_flight: 2000,
+            dead_letter: false,
+        };
+        let config = ShareGroupConfig { window, read_committed: false, auto_offset_reset: AutoOffsetReset::Earliest };
+        let acquire = |max_records: usize, mode: AcquireMode| {
+            let partition = partition.clone();
+            async move {
+                let (reply, answered) = tokio::sync::oneshot::channel();
+                let (group_id, member_id) = ("g".to_string(), "m".to_string());
+                let max_bytes = 1 << 20;
+                partition
+                    .share(ShareCommand::Acquire { group_id, member_id, config, max_records, max_bytes, mode, reply })
+                    .await;
+                answered.await.expect("answered").expect("acquired")
+            }
+        };
+        let offsets = |fetched: &ShareFetched| {
+            let mut at = 0;
+            let mut batches = Vec::new();
+            while at < fetched.records.len() {
+                let header = BatchHeader::parse(&fetched.records[at..]).expect("whole batches");
+                batches.push((header.base_offset, header.last_offset()));
+                at += header.total_len();
+            }
+            let acquired: Vec<(i64, i64)> = fetched.acquired.iter().map(|r| (r.first_offset, r.last_offset)).collect();
+            (batches, acquired)
+        };
+        let first = acquire(3, AcquireMode::BatchOptimized).await;
+        assert_eq!(offsets(&first), (vec![(0, 4)], vec![(0, 4)]), "one whole batch, not the segment");
+        let second = acquire(7, AcquireMode::RecordLimit).await;
+        assert_eq!(offsets(&second), (vec![(5, 9), (10, 14)], vec![(5, 11)]), "the batches holding 5..=11");
+        // 2000-byte segments hold a few batches each: 150 records are read from many of them.
+        let third = acquire(150, AcquireMode::BatchOptimized).await;
+        let (batches, acquired) = offsets(&third);
+        assert_eq!(acquired, vec![(12, 164)], "one range, to the end of the batch holding the 150th");
+        assert_eq!((batches[0].0, batches.last().unwrap().1), (10, 164));
+        assert!(batches.windows(2).all(|w| w[0].1 + 1 == w[1].0), "contiguous, across segments");
+        assert_eq!(offsets(&acquire(500, AcquireMode::BatchOptimized).await).1, vec![(165, 199)], "to the end");
+        let _ = std::fs::remove_dir_all(dir); // allow-nondeterminism: test clean-up
+    }
 }

@@ -23,6 +23,9 @@ use crate::partition::share::{
 /// Share groups one partition keeps windows for at once, a bound on memory.
 const SHARE_GROUPS_MAX: usize = 10_000;
 
+/// What an acquisition reads of the log first; each further read is twice the one before.
+const SHARE_FIRST_READ_BYTES: usize = 256 * 1024;
+
 /// One share partition this owner serves.
 pub(super) struct Share {
     window: ShareWindow,
@@ -73,6 +76,24 @@ fn log_batches(records: &[u8], aborted: &[crate::partition::producer::state::Abo
         at += header.total_len();
     }
     batches
+}
+
+/// The whole batches of `records` from the one holding `first` to the one holding `last`: what
+/// a member is sent of a read (Apache slices it so too), without the batches around them.
+fn batches_spanning(records: &bytes::Bytes, first: i64, last: i64) -> bytes::Bytes {
+    let (mut start, mut end, mut at) = (None, 0, 0);
+    while at < records.len() {
+        let Ok(header) = BatchHeader::parse(&records[at..]) else { break };
+        if header.base_offset > last {
+            break;
+        }
+        let next = (at + header.total_len()).min(records.len());
+        if start.is_none() && header.last_offset() >= first {
+            start = Some(at);
+        }
+        (end, at) = (next, next);
+    }
+    start.map_or_else(bytes::Bytes::new, |start| records.slice(start..end))
 }
 
 impl<E: Env> PartitionActor<E> {
@@ -321,16 +342,49 @@ impl<E: Env> PartitionActor<E> {
                 (Some(lso), self.state.aborted_between(from, lso))
             }
         };
-        let log = self.log.as_ref().expect("the log is open");
-        let read = log.read(from, max_bytes.max(1), upper).await.map_err(CoreError::from)?;
-        if read.records.is_empty() {
-            return Ok(ShareFetched::default());
+        // The log is read a little at a time, doubling, until the records are acquired: a
+        // member asking for 500 records is not sent (nor read) the partition's max bytes.
+        let max_bytes = max_bytes.max(1);
+        let (mut at, mut read_bytes, mut read_total) = (from, SHARE_FIRST_READ_BYTES, 0usize);
+        let (mut records_left, mut bytes_left) = (max_records, max_bytes);
+        let mut sent: Vec<bytes::Bytes> = Vec::new();
+        let mut acquired_all: Vec<crate::partition::share::state::AcquiredRange> = Vec::new();
+        while records_left > 0 && bytes_left > 0 && read_total < max_bytes {
+            let log = self.log.as_ref().expect("the log is open");
+            let read = log.read(at, read_bytes.min(max_bytes - read_total), upper).await.map_err(CoreError::from)?;
+            let batches = log_batches(&read.records, &aborted);
+            let Some(last) = batches.last() else { break };
+            (at, read_total, read_bytes) = (last.last_offset + 1, read_total + read.records.len(), read_bytes * 2);
+            let event =
+                Event::Acquire { member: member_id, batches: &batches, max_records: records_left, mode, now_ms };
+            let acquired = self.share_apply(group_id, event).acquired;
+            if let (Some(first), Some(last)) = (acquired.first(), acquired.last()) {
+                let records = batches_spanning(&read.records, first.first_offset, last.last_offset);
+                let taken: i64 = acquired.iter().map(|r| r.last_offset - r.first_offset + 1).sum();
+                records_left = records_left.saturating_sub(taken as usize);
+                bytes_left = bytes_left.saturating_sub(records.len());
+                sent.push(records);
+                for range in acquired {
+                    match acquired_all.last_mut() {
+                        Some(r)
+                            if r.last_offset + 1 == range.first_offset && r.delivery_count == range.delivery_count =>
+                        {
+                            r.last_offset = range.last_offset
+                        }
+                        _ => acquired_all.push(range),
+                    }
+                }
+            }
+            if !self.shares[group_id].window.can_acquire() {
+                break;
+            }
         }
-        let batches = log_batches(&read.records, &aborted);
-        let event = Event::Acquire { member: member_id, batches: &batches, max_records, mode, now_ms };
-        let acquired = self.share_apply(group_id, event).acquired;
-        let records = if acquired.is_empty() { bytes::Bytes::new() } else { read.records };
-        Ok(ShareFetched { records, acquired })
+        let records = match sent.len() {
+            0 => bytes::Bytes::new(),
+            1 => sent.pop().expect("one"),
+            _ => sent.concat().into(),
+        };
+        Ok(ShareFetched { records, acquired: acquired_all })
     }
 
     fn share_offsets(&self, window: &ShareWindow) -> ShareOffsets {
