@@ -116,10 +116,13 @@ pub enum Mutant {
     /// A record rejected or run out is archived at once, its group's dead-letter queue
     /// notwithstanding (KIP-1191).
     ShareDeadLetterSkipped,
+    /// TxnShareAcknowledge checks that its member is one, not at which epoch: a member fenced
+    /// and joined again stages records under the epoch it was fenced at (KIP-1289).
+    ShareStageEpochUnchecked,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 38] = [
+    pub const ALL: [Mutant; 39] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -158,6 +161,7 @@ impl Mutant {
         Mutant::ShareMarkersIgnored,
         Mutant::SharePendingLockExpires,
         Mutant::ShareDeadLetterSkipped,
+        Mutant::ShareStageEpochUnchecked,
     ];
 
     pub fn name(self) -> &'static str {
@@ -200,6 +204,7 @@ impl Mutant {
             Mutant::ShareMarkersIgnored => "share-markers-ignored",
             Mutant::SharePendingLockExpires => "share-pending-lock-expires",
             Mutant::ShareDeadLetterSkipped => "share-dead-letter-skipped",
+            Mutant::ShareStageEpochUnchecked => "share-stage-epoch-unchecked",
         }
     }
 

@@ -36,6 +36,7 @@ pub fn universe() -> Vec<(&'static str, Vec<String>)> {
                     "before staging, no successor",
                     "staged, fenced by a successor",
                     "staged, no successor",
+                    "joined again, staged at its old epoch",
                 ] {
                     cases.push(format!("kip1289 {} ({how})", case.name()));
                 }

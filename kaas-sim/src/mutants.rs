@@ -176,6 +176,13 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["dead-letter-missing"],
         scenarios: &["share"],
     },
+    MutantSpec {
+        mutant: Mutant::ShareStageEpochUnchecked,
+        // A zombie copier joins again under its member id and stages what it then acquired
+        // under the epoch it was fenced at.
+        catches: &["ack-after-fence"],
+        scenarios: &["kip1289-zombie"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

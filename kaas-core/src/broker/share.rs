@@ -396,7 +396,8 @@ impl<E: Env> Broker<E> {
         if request.group_id.is_empty() {
             return Err(CoreError::InvalidGroupId);
         }
-        self.check_share_member(&request.group_id, &request.member_id, Some(request.member_epoch)).await?;
+        let member_epoch = (!crate::mutant!(ShareStageEpochUnchecked)).then_some(request.member_epoch);
+        self.check_share_member(&request.group_id, &request.member_id, member_epoch).await?;
         let snapshot = self.topics.snapshot();
         let config = self.share_group_config(&request.group_id);
         let mut results = Vec::with_capacity(request.partitions.len());

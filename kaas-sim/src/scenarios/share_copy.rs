@@ -7,7 +7,9 @@
 //! - `kip1289-crash-after-commit`: the coordinator's broker dies between EndTxn(COMMIT) made
 //!   durable and the markers (an armed crash point);
 //! - `kip1289-zombie`: a copier pauses past its member session; with a successor it is fenced
-//!   as a producer too; either way it comes back and carries on, and must be refused;
+//!   as a producer too; either way it comes back and carries on, and must be refused; in half
+//!   the worlds it first joins again under its member id and stages what it acquires then
+//!   under the member epoch it was fenced at, which must be refused too;
 //! - `kip1289-abort`: every k-th transaction aborted on purpose;
 //! - `kip1289-partial-produce`: a produce of a transaction refused while others go through.
 //!
@@ -56,6 +58,10 @@ pub struct ShareCopy {
     pub pause_ms: (u64, u64),
     /// Zombie worlds: whether a paused copier's successor starts (and fences its producer).
     pub successor: bool,
+    /// Zombie worlds: whether a zombie fenced as a member joins again under its member id and
+    /// stages what it then acquires under the epoch it was fenced at (which must be refused).
+    #[serde(default)]
+    pub rejoin: bool,
     pub lock_duration_ms: i32,
     pub session_timeout_ms: i32,
     pub heartbeat_interval_ms: i32,
@@ -87,6 +93,7 @@ impl ShareCopy {
             stop_per_mille: rng.random_range(100..400),
             pause_ms: (0, 0),
             successor: true,
+            rejoin: false,
             lock_duration_ms: rng.random_range(2000..=5000),
             session_timeout_ms,
             heartbeat_interval_ms: session_timeout_ms / 4,
@@ -109,6 +116,7 @@ impl ShareCopy {
                 world.pause_ms = (u64::from(session_timeout_ms as u32) + 2_000, world.lock_duration_ms as u64 + 8_000);
                 world.transaction_timeout_ms = 60_000;
                 world.stop_per_mille = rng.random_range(50..200);
+                world.rejoin = rng.random_bool(0.5);
             }
             Case::ExplicitAbort => world.abort_every = Some(rng.random_range(2..=4)),
             Case::PartialProduce => {
@@ -227,6 +235,7 @@ async fn workload(
         transaction_timeout_ms: s.transaction_timeout_ms,
         abort_every: s.abort_every,
         successor: s.successor,
+        rejoin: s.rejoin,
     };
     let tasks: Vec<_> = (0..s.slots)
         .map(|slot| {

@@ -6,11 +6,14 @@
 //!   successor's InitProducerId aborts what it left open;
 //! - a pause (the zombie case): the successor starts and fences it; the zombie comes back past
 //!   its share session timeout, is told by a heartbeat that it is no member, and carelessly
-//!   goes on to stage and commit. Both must be refused.
+//!   goes on to stage and commit. Both must be refused. In some worlds it first joins again
+//!   under its member id (KIP-1082) and stages what it acquires then under the member epoch it
+//!   was fenced at: refused too, for the epoch (KIP-1289's member epoch check at staging).
 //!
 //! What the copiers acquire and acknowledge goes into the share log (`share_member::Observer`);
 //! a committed transaction's inputs are accepted as EndTxn answers.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -25,7 +28,7 @@ use tokio::sync::oneshot;
 use super::Shared;
 use super::share_member::{Observer, SharedMembers};
 use crate::checkers::share::{Ack, AckKind, AckOutcome, Staged};
-use crate::client::Client;
+use crate::client::{ACCEPT, Client, Outcome, ShareAcks};
 use crate::history::History;
 
 /// KIP-1289's corner cases, as the reference document lists them.
@@ -62,6 +65,9 @@ pub struct Plan {
     pub abort_every: Option<u64>,
     /// Whether a paused copier's successor starts while it is away (and fences its producer).
     pub successor: bool,
+    /// Whether a zombie told it is no member joins again under its member id and stages what
+    /// it acquires then under the epoch it was fenced at.
+    pub rejoin: bool,
 }
 
 /// Why an instance ended.
@@ -84,6 +90,9 @@ struct Hooks {
     zombie: bool,
     /// A client of its own, for the zombie's heartbeat when it comes back.
     beat_client: Client,
+    /// The world, for the clients of a zombie that joins again.
+    world: Shared,
+    transactional_id: String,
     /// Where EndTxn was sent from, for the acceptance its commit stands for.
     ending_at: u64,
 }
@@ -91,12 +100,63 @@ struct Hooks {
 impl Hooks {
     /// The zombie's return: a heartbeat at the epoch it had, which tells it whether it is
     /// still a member (recorded as a fence if not).
-    async fn come_back(&mut self, member_epoch: i32) {
+    async fn come_back(&mut self, txn: &TxnReport) {
+        let member_epoch = txn.member_epoch;
         let outcome =
             self.beat_client.share_group_heartbeat(&self.plan.group, &self.member_id, member_epoch, None).await;
         let received = self.history.next_seq();
         if let crate::client::Outcome::Failed(25 | 110) = outcome {
             self.members.lock().unwrap().log.fences.push((self.member_id.clone(), member_epoch, received));
+            if self.plan.rejoin {
+                self.stage_stale(txn).await;
+            }
+        }
+    }
+
+    /// A fenced zombie joins again under its member id, acquires, and stages what it acquired
+    /// in its open transaction under the epoch it was fenced at, as a client that kept its old
+    /// group metadata would. The group knows the member at a newer epoch: refused. Then it
+    /// leaves again, giving back what it acquired.
+    async fn stage_stale(&mut self, txn: &TxnReport) {
+        let name = format!("{}-again", self.member_id);
+        let client = super::client(&self.world, &name);
+        let mut again = ShareConsumer::new(client, &self.plan.group, &self.plan.input, &self.member_id);
+        again.max_records = 10;
+        again.max_wait_ms = 300;
+        let mut observer = Observer { members: self.members.clone(), history: self.history.clone() };
+        let mut deliveries = Vec::new();
+        for _ in 0..5 {
+            deliveries = again.poll(&mut observer).await;
+            if !deliveries.is_empty() {
+                break;
+            }
+        }
+        let topic_id = again.topic_id().unwrap_or_default();
+        let mut by_broker: BTreeMap<String, BTreeMap<i32, ShareAcks>> = BTreeMap::new();
+        for d in &deliveries {
+            by_broker
+                .entry(d.broker.clone())
+                .or_default()
+                .entry(d.partition)
+                .or_insert_with(|| ShareAcks::new(topic_id, d.partition))
+                .types
+                .insert(d.record.offset, ACCEPT);
+        }
+        let member = (self.member_id.as_str(), txn.member_epoch);
+        for (broker, acks) in by_broker {
+            let acks: Vec<ShareAcks> = acks.into_values().collect();
+            let sent = self.history.next_seq();
+            let outcome = again
+                .client
+                .txn_share_acknowledge_on(&broker, &self.transactional_id, txn.ids, &self.plan.group, member, &acks)
+                .await;
+            let staged = matches!(&outcome, Outcome::Ok(codes) if codes.iter().all(|(_, _, c)| *c == 0));
+            let staged = Staged { member: self.member_id.clone(), member_epoch: txn.member_epoch, sent, staged };
+            self.members.lock().unwrap().log.staged.push(staged);
+        }
+        again.close(&mut observer).await;
+        if !deliveries.is_empty() {
+            reach_case(Case::Zombie, " (joined again, staged at its old epoch)");
         }
     }
 }
@@ -136,7 +196,7 @@ impl CopyHooks for Hooks {
             }
             tokio::time::sleep(Duration::from_millis(away_ms)).await;
             self.zombie = true;
-            self.come_back(txn.member_epoch).await;
+            self.come_back(txn).await;
             let how = match (step, self.plan.successor) {
                 (Step::Produced, true) => " (before staging, fenced by a successor)",
                 (Step::Produced, false) => " (before staging, no successor)",
@@ -285,6 +345,8 @@ async fn instance(
         paused: Some(paused),
         zombie: false,
         beat_client: super::client(&world, &format!("{name}-beats")),
+        world: world.clone(),
+        transactional_id: format!("copier-{slot}"),
         ending_at: 0,
     };
     let result = copier.run(&mut hooks, &mut observer).await;
