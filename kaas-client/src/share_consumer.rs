@@ -28,6 +28,21 @@ pub struct Delivery {
     pub broker: String,
 }
 
+/// The acceptance of `deliveries`, per broker they came from (where it must go), per partition.
+pub fn accepts_by_broker(deliveries: &[Delivery], topic_id: [u8; 16]) -> BTreeMap<String, Vec<ShareAcks>> {
+    let mut by_broker: BTreeMap<String, BTreeMap<i32, ShareAcks>> = BTreeMap::new();
+    for d in deliveries {
+        by_broker
+            .entry(d.broker.clone())
+            .or_default()
+            .entry(d.partition)
+            .or_insert_with(|| ShareAcks::new(topic_id, d.partition))
+            .types
+            .insert(d.record.offset, ACCEPT);
+    }
+    by_broker.into_iter().map(|(broker, acks)| (broker, acks.into_values().collect())).collect()
+}
+
 /// What came of a call, for an observer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {

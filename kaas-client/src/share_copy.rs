@@ -14,8 +14,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::share_consumer::{Delivery, FENCED_MEMBER_EPOCH, ShareConsumer, ShareObserver, UNKNOWN_MEMBER_ID};
-use crate::{ACCEPT, Message, NOT_SENT, Outcome, ProducerStamp, RELEASE, ShareAcks};
+use crate::share_consumer::{
+    Delivery, FENCED_MEMBER_EPOCH, ShareConsumer, ShareObserver, UNKNOWN_MEMBER_ID, accepts_by_broker,
+};
+use crate::{Message, NOT_SENT, Outcome, ProducerStamp, RELEASE};
 
 /// Kafka's codes the copier acts on.
 const PRODUCER_FENCED: i16 = 90;
@@ -398,22 +400,11 @@ impl ShareCopier {
         hooks: &mut dyn CopyHooks,
         observer: &mut dyn ShareObserver,
     ) -> Result<bool, CopyError> {
-        let topic_id = self.consumer.topic_id().unwrap_or_default();
-        let mut by_broker: BTreeMap<String, BTreeMap<i32, ShareAcks>> = BTreeMap::new();
-        for d in deliveries {
-            by_broker
-                .entry(d.broker.clone())
-                .or_default()
-                .entry(d.partition)
-                .or_insert_with(|| ShareAcks::new(topic_id, d.partition))
-                .types
-                .insert(d.record.offset, ACCEPT);
-        }
+        let by_broker = accepts_by_broker(deliveries, self.consumer.topic_id().unwrap_or_default());
         let tid = self.config.transactional_id.clone();
         let group = self.config.group.clone();
         let member = (self.consumer.member_id.clone(), self.consumer.member_epoch);
         for (broker, acks) in by_broker {
-            let acks: Vec<ShareAcks> = acks.into_values().collect();
             let sent = observer.mark();
             let outcome = self
                 .consumer

@@ -13,12 +13,11 @@
 //! What the copiers acquire and acknowledge goes into the share log (`share_member::Observer`);
 //! a committed transaction's inputs are accepted as EndTxn answers.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use kaas_client::share_consumer::ShareConsumer;
+use kaas_client::share_consumer::{ShareConsumer, accepts_by_broker};
 use kaas_client::share_copy::{CopyConfig, CopyHooks, Go, Placement, ShareCopier, Step, TxnEnd, TxnReport};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -28,7 +27,7 @@ use tokio::sync::oneshot;
 use super::Shared;
 use super::share_member::{Observer, SharedMembers};
 use crate::checkers::share::{Ack, AckKind, AckOutcome, Staged};
-use crate::client::{ACCEPT, Client, Outcome, ShareAcks};
+use crate::client::{Client, Outcome};
 use crate::history::History;
 
 /// KIP-1289's corner cases, as the reference document lists them.
@@ -131,20 +130,9 @@ impl Hooks {
                 break;
             }
         }
-        let topic_id = again.topic_id().unwrap_or_default();
-        let mut by_broker: BTreeMap<String, BTreeMap<i32, ShareAcks>> = BTreeMap::new();
-        for d in &deliveries {
-            by_broker
-                .entry(d.broker.clone())
-                .or_default()
-                .entry(d.partition)
-                .or_insert_with(|| ShareAcks::new(topic_id, d.partition))
-                .types
-                .insert(d.record.offset, ACCEPT);
-        }
+        let by_broker = accepts_by_broker(&deliveries, again.topic_id().unwrap_or_default());
         let member = (self.member_id.as_str(), txn.member_epoch);
         for (broker, acks) in by_broker {
-            let acks: Vec<ShareAcks> = acks.into_values().collect();
             let sent = self.history.next_seq();
             let outcome = again
                 .client
