@@ -106,7 +106,11 @@ impl Kaas {
             if child.try_wait().expect("poll kaas").is_some() {
                 return false;
             }
-            if TcpStream::connect(self.bootstrap()).is_ok() {
+            // A connect to a free port of the ephemeral range can connect to itself (TCP
+            // simultaneous open, source port = destination port): that is no broker.
+            if let Ok(probe) = TcpStream::connect(self.bootstrap())
+                && probe.local_addr().ok() != probe.peer_addr().ok()
+            {
                 break;
             }
             assert!(Instant::now() < deadline, "kaas did not start listening");
