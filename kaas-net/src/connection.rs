@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kaas_core::Broker;
@@ -40,6 +41,8 @@ pub enum Answer {
 pub struct Context<E: Env> {
     pub broker: Broker<E>,
     pub peer: String,
+    /// The listener the connection came in on: clients are told the brokers' addresses on it.
+    pub listener: Arc<str>,
     /// This connection's number on its broker: its share sessions are tied to it.
     pub connection_id: u64,
 }
@@ -49,14 +52,19 @@ enum Slot {
     Waiting(oneshot::Receiver<Response>),
 }
 
-pub async fn serve<E: Env, S>(broker: Broker<E>, stream: S, peer: String, mut shutdown: ShutdownSignal)
-where
+pub async fn serve<E: Env, S>(
+    broker: Broker<E>,
+    stream: S,
+    peer: String,
+    listener: Arc<str>,
+    mut shutdown: ShutdownSignal,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let max_bytes = broker.config.socket_request_max_bytes;
     let spawner = broker.env.spawner().clone();
     let connection_id = broker.next_connection_id();
-    let ctx = Context { broker, peer, connection_id };
+    let ctx = Context { broker, peer, listener, connection_id };
     let (mut reader, writer) = tokio::io::split(stream);
     let (slots, slots_rx) = mpsc::channel(IN_FLIGHT_MAX);
     let (written, all_written) = oneshot::channel::<()>();

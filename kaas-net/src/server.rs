@@ -1,10 +1,14 @@
 //! The accept loop: one connection actor per client, bounded in number, all stopped by one
 //! shutdown signal.
 
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use kaas_core::Broker;
-use kaas_core::env::{Clock, Env, Listener, Spawner};
+use kaas_core::env::{Clock, Env, Listener, Net, Spawner};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Semaphore, watch};
 
 use crate::connection;
@@ -15,23 +19,66 @@ pub const CONNECTIONS_MAX: usize = 10_000;
 const DRAIN_MS_MAX: u64 = 10_000;
 const ACCEPT_BACKOFF_MS_MAX: u64 = 1000;
 
+/// How long a connection may take over its listener's handshake (TLS) before it is closed.
+const HANDSHAKE_MS_MAX: u64 = 10_000;
+
 /// Flipped to true once to stop accepting and close every connection between requests.
 pub type ShutdownSignal = watch::Receiver<bool>;
 
+/// A connection's byte stream, once its listener's handshake is done.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// A connection as the env's network accepts it.
+pub type Accepted<E> = <<<E as Env>::Net as Net>::Listener as Listener>::Stream;
+
+/// Makes an accepted connection the stream requests are read from: a TLS handshake. It runs on
+/// the connection's own task, so a slow client holds up no other.
+pub type Handshake<S> =
+    Arc<dyn Fn(S) -> Pin<Box<dyn Future<Output = io::Result<Box<dyn Stream>>> + Send>> + Send + Sync>;
+
+/// One listener as the server serves it: its name (clients are told the addresses on it) and
+/// its handshake, if it is not PLAINTEXT.
+pub struct ListenerSpec<S> {
+    pub name: Arc<str>,
+    pub handshake: Option<Handshake<S>>,
+}
+
+impl<S> ListenerSpec<S> {
+    pub fn plaintext(name: &str) -> Self {
+        ListenerSpec { name: Arc::from(name), handshake: None }
+    }
+}
+
 pub struct Server<E: Env> {
     broker: Broker<E>,
-    listener: <E::Net as kaas_core::env::Net>::Listener,
+    listener: <E::Net as Net>::Listener,
+    spec: ListenerSpec<Accepted<E>>,
+    /// Whether this server also serves the peers' calls (one server per broker does).
+    peers: bool,
 }
 
 impl<E: Env> Server<E> {
-    pub fn new(broker: Broker<E>, listener: <E::Net as kaas_core::env::Net>::Listener) -> Self {
-        Server { broker, listener }
+    /// The server of the broker's one PLAINTEXT listener.
+    pub fn new(broker: Broker<E>, listener: <E::Net as Net>::Listener) -> Self {
+        Server { broker, listener, spec: ListenerSpec::plaintext("PLAINTEXT"), peers: true }
+    }
+
+    /// The server of one of the broker's listeners; `peers`: the one that also serves peers'
+    /// calls.
+    pub fn listener(
+        broker: Broker<E>,
+        listener: <E::Net as Net>::Listener,
+        spec: ListenerSpec<Accepted<E>>,
+        peers: bool,
+    ) -> Self {
+        Server { broker, listener, spec, peers }
     }
 
     /// Accepts until `shutdown` turns true, then waits (a bounded time) for every connection
     /// to answer the requests it has read and close.
     pub async fn run(self, mut shutdown: ShutdownSignal) {
-        if let Some(calls) = self.broker.peers.attach() {
+        if let Some(calls) = self.peers.then(|| self.broker.peers.attach()).flatten() {
             let env = self.broker.env.clone();
             let peers = crate::peers::serve(env, self.broker.config.broker_id, calls, shutdown.clone());
             self.broker.env.spawner().spawn("peers", peers);
@@ -50,8 +97,25 @@ impl<E: Env> Server<E> {
                     backoff_ms = 1;
                     let broker = self.broker.clone();
                     let shutdown = shutdown.clone();
+                    let (name, handshake) = (self.spec.name.clone(), self.spec.handshake.clone());
                     self.broker.env.spawner().spawn("connection", async move {
-                        connection::serve(broker, stream, peer, shutdown).await;
+                        match handshake {
+                            None => connection::serve(broker, stream, peer, name, shutdown).await,
+                            Some(handshake) => {
+                                let clock = broker.env.clock().clone();
+                                let done = tokio::select! {
+                                    biased;
+                                    done = handshake(stream) => done,
+                                    _ = clock.sleep_ms(HANDSHAKE_MS_MAX) => {
+                                        Err(io::Error::new(io::ErrorKind::TimedOut, "handshake took too long"))
+                                    }
+                                };
+                                match done {
+                                    Ok(stream) => connection::serve(broker, stream, peer, name, shutdown).await,
+                                    Err(e) => tracing::info!(%peer, listener = %name, error = %e, "handshake failed: connection closed"),
+                                }
+                            }
+                        }
                         drop(permit);
                     });
                 }

@@ -2,6 +2,7 @@
 //! three commands with a handful of flags each do not need a parser dependency.
 
 use kaas_core::BrokerConfig;
+use kaas_core::config::listeners::{Bind, ListenerAddress, Listeners};
 
 pub const USAGE: &str = "\
 kaas: a Kafka-compatible broker whose brokers share one volume
@@ -18,7 +19,8 @@ USAGE:
 
 OPTIONS:
     --data-dir DIR         where partitions, topics and offsets live [default: ./kaas-data]
-    --listen HOST:PORT     address to accept Kafka clients on [default: 127.0.0.1:9092]
+    --listen HOST:PORT     address to accept Kafka clients on, PLAINTEXT [default: 127.0.0.1:9092];
+                           several listeners (SSL too): --set listeners=NAME://HOST:PORT,...
     --advertised HOST:PORT address clients are told to connect to [default: the listen address]
     --broker-id N          this broker's id (node.id) [default: 0]
     --config FILE          a Kafka-style properties file of settings (name=value lines)
@@ -36,7 +38,8 @@ Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServeArgs {
     pub data_dir: String,
-    pub listen: String,
+    /// `--listen`: the one PLAINTEXT listener (None: the `listeners` setting, or its default).
+    pub listen: Option<String>,
     pub advertised: Option<String>,
     pub broker_id: Option<i32>,
     pub config_file: Option<String>,
@@ -47,7 +50,7 @@ impl Default for ServeArgs {
     fn default() -> Self {
         ServeArgs {
             data_dir: "./kaas-data".into(),
-            listen: "127.0.0.1:9092".into(),
+            listen: None,
             advertised: None,
             broker_id: None,
             config_file: None,
@@ -86,7 +89,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         let mut value = || inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--data-dir" => out.data_dir = value()?,
-            "--listen" => out.listen = value()?,
+            "--listen" => out.listen = Some(value()?),
             "--advertised" => out.advertised = Some(value()?),
             "--broker-id" => {
                 out.broker_id = Some(value()?.parse().map_err(|_| "--broker-id needs a number".to_string())?)
@@ -111,8 +114,9 @@ pub fn host_port(addr: &str) -> Result<(String, i32), String> {
     Ok((host.trim_start_matches('[').trim_end_matches(']').to_string(), port))
 }
 
-/// The broker configuration: defaults, then the file, then each --set, then the flags.
-pub fn broker_config(args: &ServeArgs, file_text: Option<&str>, bound: &str) -> Result<BrokerConfig, String> {
+/// The broker configuration, defaults then the file then each --set then the flags, and its
+/// listeners, checked (`advertise` completes it once they are bound).
+pub fn broker_config(args: &ServeArgs, file_text: Option<&str>) -> Result<(BrokerConfig, Listeners), String> {
     let mut config = BrokerConfig::default();
     if let Some(text) = file_text {
         config.apply_properties(text)?;
@@ -123,20 +127,60 @@ pub fn broker_config(args: &ServeArgs, file_text: Option<&str>, bound: &str) -> 
     if let Some(id) = args.broker_id {
         config.broker_id = id;
     }
-    let (bound_host, bound_port) = host_port(bound)?;
-    let (host, port) = match &args.advertised {
-        Some(a) => host_port(a)?,
-        None if bound_host == "0.0.0.0" || bound_host == "::" => ("127.0.0.1".to_string(), bound_port),
-        None => (bound_host, bound_port),
-    };
-    config.advertised_host = host;
-    config.advertised_port = port;
-    config.listeners = bound.to_string();
+    let defaults = BrokerConfig::default().listener_settings;
+    let settings = &mut config.listener_settings;
+    if let Some(listen) = &args.listen {
+        if settings.listeners != defaults.listeners {
+            return Err("give --listen or the listeners setting, not both".into());
+        }
+        host_port(listen)?;
+        settings.listeners = format!("PLAINTEXT://{listen}");
+    }
+    if let Some(advertised) = &args.advertised {
+        if settings.advertised_listeners.is_some() {
+            return Err("give --advertised or the advertised.listeners setting, not both".into());
+        }
+        host_port(advertised)?;
+        settings.advertised_listeners = Some(format!("PLAINTEXT://{advertised}"));
+    }
+    let listeners = settings.resolve()?;
     config.log_dir = std::fs::canonicalize(&args.data_dir)
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| args.data_dir.clone());
+    let unbound: Vec<(String, i32)> =
+        listeners.bind.iter().map(|b| (b.endpoint.listener.clone(), b.endpoint.port)).collect();
+    advertise(&mut config, &listeners, &unbound);
     config.validate()?;
-    Ok(config)
+    Ok((config, listeners))
+}
+
+/// The address to bind a listener at: its host, every interface if it names none.
+pub fn bind_address(bind: &Bind) -> String {
+    let host = match bind.endpoint.host.as_str() {
+        "" => "0.0.0.0",
+        host => host,
+    };
+    match host.contains(':') {
+        true => format!("[{host}]:{}", bind.endpoint.port),
+        false => format!("{host}:{}", bind.endpoint.port),
+    }
+}
+
+/// Tells the configuration where its listeners are, once bound at `bound` (listener name and
+/// the port it got): an advertised port 0 is the port the listener got.
+pub fn advertise(config: &mut BrokerConfig, listeners: &Listeners, bound: &[(String, i32)]) {
+    let advertised = listeners
+        .advertised
+        .iter()
+        .map(|a| {
+            let port = match a.port {
+                0 => bound.iter().find(|(name, _)| *name == a.listener).map_or(0, |(_, port)| *port),
+                port => port,
+            };
+            ListenerAddress { port, ..a.clone() }
+        })
+        .collect();
+    config.advertise(advertised, &listeners.inter_broker);
 }
 
 #[cfg(test)]
@@ -156,11 +200,33 @@ mod tests {
         };
         assert_eq!(a.data_dir, "/d");
         assert_eq!(a.settings, vec![("num.partitions".into(), "3".into())]);
-        let config = broker_config(&a, Some("auto.create.topics.enable=false"), "0.0.0.0:1").unwrap();
+        let (config, listeners) = broker_config(&a, Some("auto.create.topics.enable=false")).unwrap();
         assert_eq!(config.num_partitions, 3);
         assert!(!config.auto_create_topics_enable);
         assert_eq!((config.advertised_host.as_str(), config.advertised_port), ("127.0.0.1", 1));
+        assert_eq!(bind_address(&listeners.bind[0]), "0.0.0.0:1");
         assert!(parse(&args(&["serve", "--bogus"])).is_err());
         assert!(matches!(parse(&args(&[])), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn listeners_come_from_settings_or_flags_not_both() {
+        let serve = |list: &[&str]| match parse(&args(list)) {
+            Ok(Command::Serve(a)) => broker_config(&a, None),
+            _ => panic!("parse failed"),
+        };
+        let set = "listeners=PLAINTEXT://:0,SSL://127.0.0.1:0";
+        let (mut config, listeners) = serve(&["serve", "--set", set]).unwrap();
+        assert_eq!(listeners.bind.len(), 2);
+        advertise(&mut config, &listeners, &[("PLAINTEXT".into(), 4001), ("SSL".into(), 4002)]);
+        let get = |c: &BrokerConfig, name: &str| kaas_core::config::settings::find(name).map(|s| (s.get)(c));
+        assert_eq!(get(&config, "advertised.listeners").unwrap(), "PLAINTEXT://127.0.0.1:4001,SSL://127.0.0.1:4002");
+        assert_eq!((config.advertised_host.as_str(), config.advertised_port), ("127.0.0.1", 4001));
+        assert!(serve(&["serve", "--listen", "127.0.0.1:1", "--set", set]).unwrap_err().contains("not both"));
+        let advertised = ["serve", "--set", set, "--advertised", "kaas-0:9092"];
+        let (config, _) = serve(&advertised).unwrap();
+        assert_eq!(config.advertised_listeners.len(), 1, "only PLAINTEXT is advertised");
+        let advertised_ssl_only = ["serve", "--set", "listeners=SSL://:9093", "--advertised", "kaas-0:9092"];
+        assert!(serve(&advertised_ssl_only).unwrap_err().contains("not one of the listeners"));
     }
 }

@@ -3,12 +3,14 @@
 
 mod cli;
 mod share_copy;
+mod tls;
 mod transactions;
 
 use kaas_core::Broker;
 use kaas_core::env::real::RealEnv;
 use kaas_core::env::{Env, Listener, Net};
 use kaas_net::Server;
+use kaas_net::server::ListenerSpec;
 use tokio::sync::watch;
 
 /// What `--version` and the start-up log add when the binary was built with the simulator's
@@ -73,23 +75,58 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
     };
     std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("{}: {e}", args.data_dir))?;
     let env = RealEnv::new(&args.data_dir);
-    let listener = env.net().bind(&args.listen).await.map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    let config = cli::broker_config(&args, file_text.as_deref(), &bound)?;
+    let (mut config, listeners) = cli::broker_config(&args, file_text.as_deref())?;
+    // Every listener bound, and the SSL ones' key read, before anything starts.
+    let tls = match listeners.bind.iter().any(|b| b.protocol.tls()) {
+        true => Some(tls::acceptor(&config.ssl)?),
+        false => None,
+    };
+    let mut bound = Vec::new();
+    for bind in &listeners.bind {
+        if bind.protocol.sasl() {
+            return Err(format!(
+                "listener {}: {} needs SASL, which kaas does not serve yet (PLAINTEXT and SSL listeners only)",
+                bind.endpoint.listener,
+                bind.protocol.name()
+            ));
+        }
+        let address = cli::bind_address(bind);
+        let listener = env.net().bind(&address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        let (_, port) = cli::host_port(&local)?;
+        bound.push((bind, listener, local, port));
+    }
+    let ports: Vec<(String, i32)> = bound.iter().map(|(b, _, _, port)| (b.endpoint.listener.clone(), *port)).collect();
+    cli::advertise(&mut config, &listeners, &ports);
     let broker = Broker::start(env, config.clone()).await.map_err(|e| format!("cannot start the broker: {e}"))?;
+    let (stop, stopped) = watch::channel(false);
+    let mut servers = Vec::new();
+    for (bind, listener, local, _) in bound {
+        let name = bind.endpoint.listener.as_str();
+        let spec = match bind.protocol.tls() {
+            true => {
+                ListenerSpec { name: name.into(), handshake: Some(tls::handshake(tls.clone().expect("read above"))) }
+            }
+            false => ListenerSpec::plaintext(name),
+        };
+        // One server also serves the peers' calls: the inter-broker listener's.
+        let peers = name == listeners.inter_broker;
+        tracing::info!(listener = %name, protocol = bind.protocol.name(), listen = %local, "listening");
+        servers.push(tokio::spawn(Server::listener(broker.clone(), listener, spec, peers).run(stopped.clone())));
+    }
+    let advertised: Vec<String> = config.advertised_listeners.iter().map(ToString::to_string).collect();
     tracing::info!(
-        listen = %bound,
-        advertised = %format!("{}:{}", config.advertised_host, config.advertised_port),
+        advertised = %advertised.join(","),
         data_dir = %args.data_dir,
         broker_id = config.broker_id,
         "kaas is serving"
     );
-    let (stop, stopped) = watch::channel(false);
-    let server = tokio::spawn(Server::new(broker.clone(), listener).run(stopped));
     wait_for_signal().await;
     tracing::info!("shutting down: closing connections and syncing partitions");
     let _ = stop.send(true);
-    let _ = server.await;
+    for server in servers {
+        let _ = server.await;
+    }
     broker.shutdown().await;
     tracing::info!("stopped");
     Ok(())

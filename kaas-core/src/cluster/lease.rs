@@ -6,6 +6,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::config::listeners::ListenerAddress;
 use crate::env::join;
 
 pub const BROKERS_DIR: &str = "__cluster/brokers";
@@ -15,8 +16,13 @@ pub const FORMAT_VERSION: u32 = 1;
 pub struct LeaseFile {
     pub format_version: u32,
     pub broker_id: i32,
+    /// Where peers reach this broker: its inter-broker listener's advertised address.
     pub host: String,
     pub port: i32,
+    /// Every advertised listener, clients being told the one they came in on. Absent from a
+    /// lease written before listeners had names: then `host:port` serves every client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<ListenerAddress>,
     /// Random per process start: two processes with one broker id tell each other apart by it.
     pub incarnation: u64,
     /// Counts the times this incarnation's lease lapsed and was taken up again: a broker that
@@ -67,6 +73,7 @@ mod tests {
             broker_id: 2,
             host: "kaas-2".into(),
             port: 9092,
+            listeners: vec![ListenerAddress { listener: "SSL".into(), host: "kaas-2".into(), port: 9093 }],
             incarnation: 7,
             session: 0,
             renewal: 3,
@@ -77,6 +84,8 @@ mod tests {
         assert!(LeaseFile::decode(&lease.encode()[..10], 2).is_err());
         let future = LeaseFile { format_version: 9, ..lease };
         assert!(LeaseFile::decode(&future.encode(), 2).unwrap_err().contains("version"));
+        let older = br#"{"format_version":1,"broker_id":2,"host":"h","port":1,"incarnation":1,"session":0,"renewal":1,"leaving":false}"#;
+        assert_eq!(LeaseFile::decode(older, 2).unwrap().listeners, vec![], "a lease without listeners is read");
         assert_eq!(parse_name("kaas-12.json"), Some(12));
         assert_eq!(parse_name("kaas-x.json"), None);
         assert_eq!(parse_name("kaas-1.json.tmp"), None);

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use super::lease::{self, BROKERS_DIR, LeaseFile};
 use crate::config::BrokerConfig;
+use crate::config::listeners::ListenerAddress;
 use crate::env::{Clock, Env, Rng, Spawner, Volume};
 use crate::error::{CoreError, CoreResult};
 
@@ -31,10 +32,35 @@ use crate::error::{CoreError, CoreResult};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     pub broker_id: i32,
+    /// Where peers reach it (its inter-broker listener).
     pub host: String,
     pub port: i32,
+    /// Its advertised listeners (empty: a lease from before listeners had names).
+    pub listeners: Vec<ListenerAddress>,
     /// Held its lease for the settle period: may own things.
     pub settled: bool,
+}
+
+impl Peer {
+    fn of_config(config: &BrokerConfig, settled: bool) -> Peer {
+        Peer {
+            broker_id: config.broker_id,
+            host: config.advertised_host.clone(),
+            port: config.advertised_port,
+            listeners: config.advertised_listeners.clone(),
+            settled,
+        }
+    }
+
+    /// Where a client whose request came in on `listener` is told to reach this broker: that
+    /// listener's address, or none if it has no such listener (Apache leaves such a broker out
+    /// of what the client is told); with no named listeners, its one address.
+    pub fn address_for(&self, listener: &str) -> Option<(&str, i32)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners.iter().find(|l| l.listener == listener).map(|l| (l.host.as_str(), l.port))
+    }
 }
 
 /// One broker's lease as this broker sees it now (DescribeQuorum reports these).
@@ -43,6 +69,8 @@ pub struct LeaseSeen {
     pub broker_id: i32,
     pub host: String,
     pub port: i32,
+    /// Its advertised listeners (empty: a lease from before listeners had names).
+    pub listeners: Vec<ListenerAddress>,
     pub live: bool,
     /// How long ago this broker saw the lease change last (for its own, renewed it).
     pub unchanged_for: Duration,
@@ -111,9 +139,7 @@ impl ClusterView {
         config.broker_id = me;
         let mut view = ClusterView::new(&config, 0);
         view.lease_valid_until = Some(now + Duration::from_secs(100 * 365 * 24 * 3600));
-        let peer =
-            Peer { broker_id: me, host: config.advertised_host.clone(), port: config.advertised_port, settled: true };
-        view.live.insert(me, peer);
+        view.live.insert(me, Peer::of_config(&config, true));
         view
     }
 
@@ -129,6 +155,7 @@ impl ClusterView {
                     broker_id,
                     host: lease.host.clone(),
                     port: lease.port,
+                    listeners: lease.listeners.clone(),
                     live: self.live.contains_key(&broker_id),
                     unchanged_for: now.saturating_duration_since(o.changed_at),
                 },
@@ -138,8 +165,14 @@ impl ClusterView {
             // The last renewal began a session timeout less the drift margin before `until`.
             let renewed = until.checked_sub(self.session_timeout.saturating_sub(self.drift_margin)).unwrap_or(until);
             let unchanged_for = now.saturating_duration_since(renewed);
-            let mine =
-                LeaseSeen { broker_id: self.me, host: me.host.clone(), port: me.port, live: true, unchanged_for };
+            let mine = LeaseSeen {
+                broker_id: self.me,
+                host: me.host.clone(),
+                port: me.port,
+                listeners: me.listeners.clone(),
+                live: true,
+                unchanged_for,
+            };
             seen.insert(self.me, mine);
         }
         seen.into_values().collect()
@@ -504,6 +537,7 @@ impl<E: Env> Membership<E> {
             broker_id: self.config.broker_id,
             host: self.config.advertised_host.clone(),
             port: self.config.advertised_port,
+            listeners: self.config.advertised_listeners.clone(),
             incarnation: self.incarnation,
             session: self.session,
             renewal: self.renewal + 1,
@@ -535,22 +569,19 @@ impl<E: Env> Membership<E> {
                 && !l.leaving
                 && now < o.changed_at + timeout
             {
-                live.insert(
-                    id,
-                    Peer { broker_id: id, host: l.host.clone(), port: l.port, settled: self.settled(l.renewal) },
-                );
+                let peer = Peer {
+                    broker_id: id,
+                    host: l.host.clone(),
+                    port: l.port,
+                    listeners: l.listeners.clone(),
+                    settled: self.settled(l.renewal),
+                };
+                live.insert(id, peer);
             }
         }
         let valid = self.valid_until.filter(|&until| now < until);
         if valid.is_some() {
-            let me = self.config.broker_id;
-            let peer = Peer {
-                broker_id: me,
-                host: self.config.advertised_host.clone(),
-                port: self.config.advertised_port,
-                settled: self.settled(self.renewal),
-            };
-            live.insert(me, peer);
+            live.insert(self.config.broker_id, Peer::of_config(&self.config, self.settled(self.renewal)));
         }
         let view = ClusterView {
             me: self.config.broker_id,
@@ -583,7 +614,7 @@ mod tests {
         assert_eq!(view.owners(), vec![2], "alone and unsettled: a cluster starting");
         view.peers_unknown = true;
         assert!(view.owners().is_empty(), "a peer's lease not yet seen to change may be live");
-        let peer = Peer { broker_id: 0, host: "h".into(), port: 1, settled: true };
+        let peer = Peer { broker_id: 0, host: "h".into(), port: 1, listeners: Vec::new(), settled: true };
         view.live.insert(0, peer);
         assert_eq!(view.owners(), vec![0], "a settled peer owns, whatever else is unknown");
     }

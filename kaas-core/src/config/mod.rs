@@ -3,6 +3,7 @@
 //! Which names exist, and what each means, is the table in `settings`.
 
 pub mod group;
+pub mod listeners;
 pub mod settings;
 
 use std::collections::BTreeMap;
@@ -10,9 +11,17 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerConfig {
     pub broker_id: i32,
-    /// The address this broker accepts clients on (`--listen`).
-    pub listeners: String,
-    /// Host and port clients are told to connect to.
+    /// The listeners as set (`listeners`, `advertised.listeners`,
+    /// `listener.security.protocol.map`, `inter.broker.listener.name`; `--listen`,
+    /// `--advertised`), checked and bound at start-up.
+    pub listener_settings: listeners::ListenerSettings,
+    /// Every listener's advertised address once bound: a client is told the one its request
+    /// came in on. Set by `advertise`, with the two below.
+    pub advertised_listeners: Vec<listeners::ListenerAddress>,
+    /// The listener brokers reach each other on, and its advertised host and port.
+    pub inter_broker_listener_name: String,
+    /// The `ssl.*` settings of SSL listeners.
+    pub ssl: listeners::SslSettings,
     pub advertised_host: String,
     pub advertised_port: i32,
     pub cluster_id: String,
@@ -114,7 +123,21 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             broker_id: 0,
-            listeners: "127.0.0.1:9092".into(),
+            listener_settings: listeners::ListenerSettings {
+                listeners: "PLAINTEXT://127.0.0.1:9092".into(),
+                ..listeners::ListenerSettings::default()
+            },
+            advertised_listeners: vec![listeners::ListenerAddress {
+                listener: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092,
+            }],
+            inter_broker_listener_name: "PLAINTEXT".into(),
+            ssl: listeners::SslSettings {
+                keystore_type: "PEM".into(),
+                truststore_type: "PEM".into(),
+                ..Default::default()
+            },
             advertised_host: "127.0.0.1".into(),
             advertised_port: 9092,
             cluster_id: "kaas-cluster".into(),
@@ -169,6 +192,16 @@ impl Default for BrokerConfig {
 }
 
 impl BrokerConfig {
+    /// The advertised listeners, bound: `inter_broker` (one of them) is where peers reach
+    /// this broker.
+    pub fn advertise(&mut self, advertised: Vec<listeners::ListenerAddress>, inter_broker: &str) {
+        let own =
+            advertised.iter().find(|a| a.listener == inter_broker).expect("the inter-broker listener is advertised");
+        (self.advertised_host, self.advertised_port) = (own.host.clone(), own.port);
+        self.inter_broker_listener_name = inter_broker.to_string();
+        self.advertised_listeners = advertised;
+    }
+
     /// Applies one Kafka-named setting (`settings::SETTINGS`). Kafka settings that mean nothing
     /// here (`settings::IGNORED`) and unknown names are kept (DescribeConfigs shows them) but
     /// change nothing, so a Kafka properties file can be reused as it is.

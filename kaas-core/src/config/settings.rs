@@ -59,6 +59,22 @@ macro_rules! field {
     };
 }
 
+/// A text setting of the SSL listeners (`ssl.*`), read at start-up.
+macro_rules! ssl_text {
+    ($name:literal, $field:ident, $doc:literal) => {
+        Setting {
+            name: $name,
+            change: Static,
+            doc: $doc,
+            set: Some(|c, v| {
+                c.ssl.$field = v.trim().to_string();
+                Ok(())
+            }),
+            get: |c| c.ssl.$field.clone(),
+        }
+    };
+}
+
 use Change::{Dynamic, Flag, Static};
 
 pub const SETTINGS: &[Setting] = &[
@@ -81,17 +97,77 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "listeners",
-        change: Flag("--listen"),
-        doc: "Where this broker accepts Kafka clients (PLAINTEXT only).",
-        set: None,
-        get: |c| format!("PLAINTEXT://{}", c.listeners),
+        change: Static,
+        doc: "Where this broker accepts clients: `NAME://HOST:PORT,...` (an empty host or 0.0.0.0: every interface). `--listen HOST:PORT` is `PLAINTEXT://HOST:PORT`. Security protocols PLAINTEXT and SSL.",
+        set: Some(|c, v| {
+            c.listener_settings.listeners = v.trim().to_string();
+            Ok(())
+        }),
+        get: |c| c.listener_settings.listeners.clone(),
     },
     Setting {
         name: "advertised.listeners",
-        change: Flag("--advertised"),
-        doc: "Where clients are told to connect: `--advertised`, else the listen address (127.0.0.1 for a wildcard).",
-        set: None,
-        get: |c| format!("PLAINTEXT://{}:{}", c.advertised_host, c.advertised_port),
+        change: Static,
+        doc: "Where clients are told to connect, per listener (`--advertised HOST:PORT` for PLAINTEXT): by default each listener's own address, 127.0.0.1 for every interface.",
+        set: Some(|c, v| {
+            c.listener_settings.advertised_listeners = Some(v.trim().to_string());
+            Ok(())
+        }),
+        get: |c| c.advertised_listeners.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+    },
+    Setting {
+        name: "listener.security.protocol.map",
+        change: Static,
+        doc: "Each listener name's security protocol, `NAME:PROTOCOL,...`; by default every protocol's own name (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
+        set: Some(|c, v| {
+            c.listener_settings.protocol_map = Some(v.trim().to_string());
+            Ok(())
+        }),
+        get: |c| c.listener_settings.protocol_map.clone().unwrap_or_else(|| super::listeners::DEFAULT_MAP.to_string()),
+    },
+    Setting {
+        name: "inter.broker.listener.name",
+        change: Static,
+        doc: "The listener brokers reach each other on (their own calls: markers, verification, peer links); by default PLAINTEXT if there is one, else the first advertised.",
+        set: Some(|c, v| {
+            c.listener_settings.inter_broker_listener_name = Some(v.trim().to_string());
+            Ok(())
+        }),
+        get: |c| c.inter_broker_listener_name.clone(),
+    },
+    ssl_text!(
+        "ssl.keystore.type",
+        keystore_type,
+        "The format of the key and its certificate chain: PEM (the only one kaas reads)."
+    ),
+    ssl_text!(
+        "ssl.keystore.location",
+        keystore_location,
+        "A PEM file holding this broker's private key (PKCS#8, unencrypted) and its certificate chain, for SSL listeners; read again when it changes."
+    ),
+    ssl_text!("ssl.keystore.key", keystore_key, "The private key in PEM, inline (instead of a keystore file)."),
+    ssl_text!(
+        "ssl.keystore.certificate.chain",
+        keystore_certificate_chain,
+        "The certificate chain in PEM, inline (with `ssl.keystore.key`)."
+    ),
+    ssl_text!("ssl.key.password", key_password, "Refused if set: kaas reads unencrypted keys only."),
+    ssl_text!("ssl.truststore.type", truststore_type, "The format of the trusted certificates: PEM."),
+    ssl_text!(
+        "ssl.truststore.location",
+        truststore_location,
+        "A PEM file of the certificates client certificates must chain to (with `ssl.client.auth`)."
+    ),
+    ssl_text!("ssl.truststore.certificates", truststore_certificates, "The trusted certificates in PEM, inline."),
+    Setting {
+        name: "ssl.client.auth",
+        change: Static,
+        doc: "Whether SSL listeners ask clients for a certificate: none, requested (verified if given) or required.",
+        set: Some(|c, v| {
+            c.ssl.client_auth = super::listeners::ClientAuth::parse(v)?;
+            Ok(())
+        }),
+        get: |c| c.ssl.client_auth.name().to_string(),
     },
     Setting {
         name: "log.dirs",
@@ -412,12 +488,19 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("controller.quorum.voters", "kaas has no metadata quorum: metadata is files on the shared volume"),
     ("controller.quorum.bootstrap.servers", "kaas has no metadata quorum: metadata is files on the shared volume"),
     ("controller.listener.names", "kaas has no controllers"),
-    ("inter.broker.listener.name", "brokers reach each other at their advertised addresses"),
-    ("listener.security.protocol.map", "kaas serves PLAINTEXT only"),
     ("num.network.threads", "connections run on tokio's runtime, one thread per core"),
     ("num.io.threads", "connections run on tokio's runtime, one thread per core"),
     ("log.cleaner.enable", "compaction is not implemented yet"),
 ];
+
+/// Whether a setting's value is a secret (Apache's PASSWORD type): described without its value.
+pub fn sensitive(name: &str) -> bool {
+    name.ends_with(".password")
+        || name.ends_with("ssl.keystore.key")
+        || name.ends_with("ssl.keystore.certificate.chain")
+        || name.ends_with("ssl.truststore.certificates")
+        || name.ends_with("sasl.jaas.config")
+}
 
 pub fn find(name: &str) -> Option<&'static Setting> {
     SETTINGS.iter().find(|s| s.name == name)

@@ -39,6 +39,7 @@ const DEFAULT_CONFIG: i8 = 5;
 const TYPE_BOOLEAN: i8 = 1;
 const TYPE_STRING: i8 = 2;
 const TYPE_LONG: i8 = 5;
+const TYPE_PASSWORD: i8 = 9;
 
 // IncrementalAlterConfigs operations.
 const OP_SET: i8 = 0;
@@ -59,15 +60,19 @@ struct Described {
 type DescribedConfigs = BTreeMap<String, Described>;
 
 fn entry(name: &str, d: &Described, synonyms: bool, documentation: bool) -> DescribeConfigsResourceResult {
+    // A secret (a key, a password) is described as Apache describes it: without its value.
+    let sensitive = settings::sensitive(name);
     let config_type = match d.value.as_str() {
+        _ if sensitive => TYPE_PASSWORD,
         "true" | "false" => TYPE_BOOLEAN,
         v if v.parse::<i64>().is_ok() => TYPE_LONG,
         _ => TYPE_STRING,
     };
-    let synonyms = if synonyms { d.synonyms.iter().map(synonym).collect() } else { Vec::new() };
+    let synonyms = if synonyms { d.synonyms.iter().map(|s| synonym(s, sensitive)).collect() } else { Vec::new() };
     DescribeConfigsResourceResult::default()
         .with_name(text(name))
-        .with_value(Some(text(&d.value)))
+        .with_value((!sensitive).then(|| text(&d.value)))
+        .with_is_sensitive(sensitive)
         .with_config_source(d.source)
         .with_read_only(d.read_only)
         .with_config_type(config_type)
@@ -75,8 +80,11 @@ fn entry(name: &str, d: &Described, synonyms: bool, documentation: bool) -> Desc
         .with_documentation(d.doc.filter(|_| documentation).map(text))
 }
 
-fn synonym((name, value, source): &(String, String, i8)) -> DescribeConfigsSynonym {
-    DescribeConfigsSynonym::default().with_name(text(name)).with_value(Some(text(value))).with_source(*source)
+fn synonym((name, value, source): &(String, String, i8), sensitive: bool) -> DescribeConfigsSynonym {
+    DescribeConfigsSynonym::default()
+        .with_name(text(name))
+        .with_value((!sensitive).then(|| text(value)))
+        .with_source(*source)
 }
 
 /// The levels that set broker setting `name`, highest first: a dynamic override, the static

@@ -16,7 +16,7 @@ pub async fn handle<E: Env>(
 ) -> DescribeClusterResponse {
     let config = &ctx.broker.config;
     let view = ctx.broker.membership.view();
-    let brokers = super::live_brokers(&view, |id, host, port| {
+    let brokers = super::live_brokers(&view, &ctx.listener, |id, host, port| {
         DescribeClusterBroker::default().with_broker_id(id).with_host(host).with_port(port)
     });
     DescribeClusterResponse::default()

@@ -41,9 +41,15 @@ pub async fn handle<E: Env>(
     let nodes = leases
         .iter()
         .map(|l| {
-            let port = u16::try_from(l.port).unwrap_or(0);
-            let listener = Listener::default().with_name(text("PLAINTEXT")).with_host(text(&l.host)).with_port(port);
-            Node::default().with_node_id(BrokerId(l.broker_id)).with_listeners(vec![listener])
+            let listener = |name: &str, host: &str, port: i32| {
+                let port = u16::try_from(port).unwrap_or(0);
+                Listener::default().with_name(text(name)).with_host(text(host)).with_port(port)
+            };
+            let listeners = match l.listeners.is_empty() {
+                true => vec![listener("PLAINTEXT", &l.host, l.port)],
+                false => l.listeners.iter().map(|a| listener(&a.listener, &a.host, a.port)).collect(),
+            };
+            Node::default().with_node_id(BrokerId(l.broker_id)).with_listeners(listeners)
         })
         .collect();
     let partition = PartitionData::default()

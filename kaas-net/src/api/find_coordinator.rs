@@ -16,14 +16,15 @@ const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
 /// The coordinator of `key` of `key_type`: (error code, node id, host, port).
-fn coordinator_of(view: &ClusterView, key_type: i8, key: &str) -> (i16, i32, String, i32) {
+fn coordinator_of(view: &ClusterView, listener: &str, key_type: i8, key: &str) -> (i16, i32, String, i32) {
     let owner_key = match key_type {
         GROUP => group_key(key),
         TRANSACTION => txn_key(key),
         _ => return (ResponseError::InvalidRequest.code(), -1, String::new(), -1),
     };
-    match view.owner_of(&owner_key).and_then(|id| view.live.get(&id)) {
-        Some(peer) => (0, peer.broker_id, peer.host.clone(), peer.port),
+    let owner = view.owner_of(&owner_key).and_then(|id| view.live.get(&id));
+    match owner.and_then(|peer| Some((peer.broker_id, peer.address_for(listener)?))) {
+        Some((id, (host, port))) => (0, id, host.to_string(), port),
         None => (ResponseError::CoordinatorNotAvailable.code(), -1, String::new(), -1),
     }
 }
@@ -39,7 +40,7 @@ pub async fn handle<E: Env>(
             .coordinator_keys
             .into_iter()
             .map(|key| {
-                let (error_code, node_id, host, port) = coordinator_of(&view, request.key_type, &key);
+                let (error_code, node_id, host, port) = coordinator_of(&view, &ctx.listener, request.key_type, &key);
                 Coordinator::default()
                     .with_key(key)
                     .with_node_id(BrokerId(node_id))
@@ -50,7 +51,7 @@ pub async fn handle<E: Env>(
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    let (error_code, node_id, host, port) = coordinator_of(&view, request.key_type, &request.key);
+    let (error_code, node_id, host, port) = coordinator_of(&view, &ctx.listener, request.key_type, &request.key);
     FindCoordinatorResponse::default()
         .with_error_code(error_code)
         .with_node_id(BrokerId(node_id))

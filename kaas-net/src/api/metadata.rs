@@ -71,7 +71,7 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
             }
         }
     }
-    let brokers = super::live_brokers(&view, |id, host, port| {
+    let brokers = super::live_brokers(&view, &ctx.listener, |id, host, port| {
         MetadataResponseBroker::default().with_node_id(id).with_host(host).with_port(port)
     });
     MetadataResponse::default()

@@ -260,13 +260,21 @@ pub fn uuid(id: [u8; 16]) -> uuid::Uuid {
     uuid::Uuid::from_bytes(id)
 }
 
-/// Every live broker as clients are told of it, in broker id order: Metadata and
-/// DescribeCluster list the same brokers.
+/// Every live broker as a client on `listener` is told of it, in broker id order (those without
+/// that listener left out, as Apache leaves them out): Metadata and DescribeCluster list the
+/// same brokers.
 pub fn live_brokers<T>(
     view: &kaas_core::cluster::ClusterView,
+    listener: &str,
     make: impl Fn(kafka_protocol::messages::BrokerId, StrBytes, i32) -> T,
 ) -> Vec<T> {
-    view.live.values().map(|p| make(kafka_protocol::messages::BrokerId(p.broker_id), text(&p.host), p.port)).collect()
+    view.live
+        .values()
+        .filter_map(|p| {
+            let (host, port) = p.address_for(listener)?;
+            Some(make(kafka_protocol::messages::BrokerId(p.broker_id), text(host), port))
+        })
+        .collect()
 }
 
 /// The broker named as controller: the lowest live broker id, the same from every broker. kaas

@@ -111,6 +111,7 @@ pub fn fetch<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: ShareFet
         }
     };
     let broker = ctx.broker.clone();
+    let listener = ctx.listener.clone();
     Answer::Later(Box::pin(async move {
         let answer = broker.share_fetch(plan).await;
         let view = broker.membership.view();
@@ -158,9 +159,9 @@ pub fn fetch<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: ShareFet
         leaders.dedup();
         let node_endpoints = leaders
             .into_iter()
-            .filter_map(|id| view.endpoint_of(id))
-            .map(|e| {
-                NodeEndpoint::default().with_node_id(BrokerId(e.broker_id)).with_host(text(&e.host)).with_port(e.port)
+            .filter_map(|id| Some((id, view.live.get(&id)?.address_for(&listener)?)))
+            .map(|(id, (host, port))| {
+                NodeEndpoint::default().with_node_id(BrokerId(id)).with_host(text(host)).with_port(port)
             })
             .collect();
         let response = ShareFetchResponse::default()

@@ -101,8 +101,12 @@ pub fn add_broker(
             let env = SimEnv::new(view, seed, controls.clock.clone(), controls.gate.clone());
             let mut config = config;
             config.broker_id = spec.broker_id;
-            config.advertised_host = spec.host.clone();
-            config.advertised_port = i32::from(BROKER_PORT);
+            let address = kaas_core::config::listeners::ListenerAddress {
+                listener: "PLAINTEXT".into(),
+                host: spec.host.clone(),
+                port: i32::from(BROKER_PORT),
+            };
+            config.advertise(vec![address], "PLAINTEXT");
             // A broker that cannot start (its volume failing) exits, and the fault driver starts
             // it again a little later, as Kubernetes restarts a crashing pod.
             let broker = match Broker::start(env.clone(), config).await {
