@@ -28,8 +28,8 @@ section "cargo test: the simulator (sim profile)"
 cargo test --profile sim -p kaas-sim -- --test-threads=2
 section "client scripts"
 bash ci/clients.sh
-section "SSL listeners: Java, kafka-python, confluent-kafka; mutual TLS; a certificate replaced; 3 brokers"
-bash ci/tls.sh
+section "SSL and SASL listeners: Java, kafka-python, confluent-kafka; mutual TLS; a certificate replaced; SASL/PLAIN; 3 brokers"
+bash ci/security.sh
 section "exactly-once copies under broker kills (TransactionalMessageCopier, franz-go)"
 bash ci/kills.sh
 section "share consumers under consumer and broker bounces (VerifiableShareConsumer), 1 and 3 brokers"

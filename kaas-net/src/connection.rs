@@ -9,12 +9,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use kaas_core::Broker;
-use kaas_core::env::{Env, Spawner};
+use kaas_core::env::{Clock, Env, Spawner};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api;
 use crate::frame::{self, FrameError};
+use crate::sasl::{Auth, Mechanisms, Verdict};
 use crate::server::ShutdownSignal;
 
 /// Requests accepted on one connection and not yet answered.
@@ -43,6 +44,8 @@ pub struct Context<E: Env> {
     pub peer: String,
     /// The listener the connection came in on: clients are told the brokers' addresses on it.
     pub listener: Arc<str>,
+    /// Who the client is (`User:NAME` once SASL authenticated it, else `User:ANONYMOUS`).
+    pub principal: String,
     /// This connection's number on its broker: its share sessions are tied to it.
     pub connection_id: u64,
 }
@@ -57,6 +60,7 @@ pub async fn serve<E: Env, S>(
     stream: S,
     peer: String,
     listener: Arc<str>,
+    sasl: Option<Arc<dyn Mechanisms>>,
     mut shutdown: ShutdownSignal,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -64,7 +68,9 @@ pub async fn serve<E: Env, S>(
     let max_bytes = broker.config.socket_request_max_bytes;
     let spawner = broker.env.spawner().clone();
     let connection_id = broker.next_connection_id();
-    let ctx = Context { broker, peer, listener, connection_id };
+    let mut auth = Auth::new(sasl);
+    let principal = auth.principal();
+    let mut ctx = Context { broker, peer, listener, principal, connection_id };
     let (mut reader, writer) = tokio::io::split(stream);
     let (slots, slots_rx) = mpsc::channel(IN_FLIGHT_MAX);
     let (written, all_written) = oneshot::channel::<()>();
@@ -90,7 +96,32 @@ pub async fn serve<E: Env, S>(
                 break;
             }
         };
-        let slot = match api::dispatch(&ctx, frame).await {
+        let mut closing = false;
+        let verdict = auth.check(&frame);
+        let dispatched = match verdict {
+            Verdict::Serve => api::dispatch(&ctx, frame).await,
+            Verdict::Answer(response) => {
+                ctx.principal = auth.principal();
+                Ok(Answer::Now(response))
+            }
+            Verdict::Refuse(response, why) => {
+                // Answered late (connection.failed.authentication.delay.ms), so that guessing
+                // is slow; then the connection closes.
+                tracing::info!(peer = %ctx.peer, listener = %ctx.listener, why = %why, "SASL authentication failed");
+                closing = true;
+                let clock = ctx.broker.env.clock().clone();
+                let delay_ms = ctx.broker.config.connection_failed_authentication_delay_ms;
+                Ok(Answer::Later(Box::pin(async move {
+                    clock.sleep_ms(delay_ms).await;
+                    response
+                })))
+            }
+            Verdict::Close(why) => {
+                tracing::info!(peer = %ctx.peer, listener = %ctx.listener, why = %why, "closing the connection");
+                break;
+            }
+        };
+        let slot = match dispatched {
             Ok(Answer::Now(response)) => Slot::Ready(response),
             Ok(Answer::Later(deferred)) => {
                 let (tx, rx) = oneshot::channel();
@@ -104,8 +135,8 @@ pub async fn serve<E: Env, S>(
                 break;
             }
         };
-        if slots.send(slot).await.is_err() {
-            break; // the writer failed: the peer is gone
+        if slots.send(slot).await.is_err() || closing {
+            break; // the writer failed (the peer is gone), or authentication did
         }
     }
     // The connection is over when the writer has answered everything read before the end.

@@ -7,6 +7,7 @@ pub mod connection;
 pub mod error;
 pub mod frame;
 pub mod peers;
+pub mod sasl;
 pub mod server;
 
 pub use server::{Server, ShutdownSignal};

@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Semaphore, watch};
 
 use crate::connection;
+use crate::sasl::Mechanisms;
 
 /// Connections served at once; further clients wait in the listen backlog.
 pub const CONNECTIONS_MAX: usize = 10_000;
@@ -42,11 +43,13 @@ pub type Handshake<S> =
 pub struct ListenerSpec<S> {
     pub name: Arc<str>,
     pub handshake: Option<Handshake<S>>,
+    /// The SASL mechanisms clients must authenticate by first, on a SASL listener.
+    pub sasl: Option<Arc<dyn Mechanisms>>,
 }
 
 impl<S> ListenerSpec<S> {
     pub fn plaintext(name: &str) -> Self {
-        ListenerSpec { name: Arc::from(name), handshake: None }
+        ListenerSpec { name: Arc::from(name), handshake: None, sasl: None }
     }
 }
 
@@ -98,9 +101,10 @@ impl<E: Env> Server<E> {
                     let broker = self.broker.clone();
                     let shutdown = shutdown.clone();
                     let (name, handshake) = (self.spec.name.clone(), self.spec.handshake.clone());
+                    let sasl = self.spec.sasl.clone();
                     self.broker.env.spawner().spawn("connection", async move {
                         match handshake {
-                            None => connection::serve(broker, stream, peer, name, shutdown).await,
+                            None => connection::serve(broker, stream, peer, name, sasl, shutdown).await,
                             Some(handshake) => {
                                 let clock = broker.env.clock().clone();
                                 let done = tokio::select! {
@@ -111,7 +115,7 @@ impl<E: Env> Server<E> {
                                     }
                                 };
                                 match done {
-                                    Ok(stream) => connection::serve(broker, stream, peer, name, shutdown).await,
+                                    Ok(stream) => connection::serve(broker, stream, peer, name, sasl, shutdown).await,
                                     Err(e) => tracing::info!(%peer, listener = %name, error = %e, "handshake failed: connection closed"),
                                 }
                             }

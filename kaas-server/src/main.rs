@@ -2,9 +2,12 @@
 //! then stops accepting, closes connections and syncs every partition before exiting.
 
 mod cli;
+mod sasl;
 mod share_copy;
 mod tls;
 mod transactions;
+
+use std::sync::Arc;
 
 use kaas_core::Broker;
 use kaas_core::env::real::RealEnv;
@@ -81,14 +84,20 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
         true => Some(tls::acceptor(&config.ssl)?),
         false => None,
     };
+    let inter_broker = listeners.bind.iter().find(|b| b.endpoint.listener == listeners.inter_broker);
+    if inter_broker.is_some_and(|b| b.protocol.sasl()) {
+        return Err(format!(
+            "inter.broker.listener.name={}: brokers do not authenticate to each other by SASL yet; use a PLAINTEXT or SSL listener",
+            listeners.inter_broker
+        ));
+    }
     let mut bound = Vec::new();
+    let mut mechanisms = std::collections::BTreeMap::new();
     for bind in &listeners.bind {
         if bind.protocol.sasl() {
-            return Err(format!(
-                "listener {}: {} needs SASL, which kaas does not serve yet (PLAINTEXT and SSL listeners only)",
-                bind.endpoint.listener,
-                bind.protocol.name()
-            ));
+            let listener = sasl::Listener::from_config(&config, &bind.endpoint.listener)?;
+            mechanisms
+                .insert(bind.endpoint.listener.clone(), Arc::new(listener) as Arc<dyn kaas_net::sasl::Mechanisms>);
         }
         let address = cli::bind_address(bind);
         let listener = env.net().bind(&address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
@@ -103,12 +112,8 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
     let mut servers = Vec::new();
     for (bind, listener, local, _) in bound {
         let name = bind.endpoint.listener.as_str();
-        let spec = match bind.protocol.tls() {
-            true => {
-                ListenerSpec { name: name.into(), handshake: Some(tls::handshake(tls.clone().expect("read above"))) }
-            }
-            false => ListenerSpec::plaintext(name),
-        };
+        let handshake = bind.protocol.tls().then(|| tls::handshake(tls.clone().expect("read above")));
+        let spec = ListenerSpec { name: name.into(), handshake, sasl: mechanisms.get(name).cloned() };
         // One server also serves the peers' calls: the inter-broker listener's.
         let peers = name == listeners.inter_broker;
         tracing::info!(listener = %name, protocol = bind.protocol.name(), listen = %local, "listening");

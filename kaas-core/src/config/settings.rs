@@ -135,6 +135,12 @@ pub const SETTINGS: &[Setting] = &[
         }),
         get: |c| c.inter_broker_listener_name.clone(),
     },
+    field!(
+        "connection.failed.authentication.delay.ms",
+        connection_failed_authentication_delay_ms,
+        Static,
+        "How late a failed SASL authentication is answered before its connection closes, so that guessing is slow."
+    ),
     ssl_text!(
         "ssl.keystore.type",
         keystore_type,
@@ -504,6 +510,17 @@ pub fn sensitive(name: &str) -> bool {
 
 pub fn find(name: &str) -> Option<&'static Setting> {
     SETTINGS.iter().find(|s| s.name == name)
+}
+
+/// Settings read by name where they are used (kaas-server's SASL): per-listener ones
+/// (`listener.name.<listener>.<setting>`) and the SASL ones, with what they mean.
+pub fn read_by_name(name: &str) -> Option<&'static str> {
+    match name {
+        _ if name.starts_with("listener.name.") => Some("a setting of one listener"),
+        "sasl.enabled.mechanisms" => Some("the SASL mechanisms of SASL listeners: PLAIN (the default here)"),
+        "sasl.jaas.config" => Some("the SASL login module of SASL listeners: PLAIN's user_NAME=\"password\" options"),
+        _ => None,
+    }
 }
 
 pub fn ignored(name: &str) -> Option<&'static str> {

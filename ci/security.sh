@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# SSL listeners with real clients: a CA, broker and client certificates made here with openssl;
-# brokers with a PLAINTEXT and an SSL listener side by side.
+# SSL and SASL listeners with real clients: a CA, broker and client certificates made here with
+# openssl; brokers with a PLAINTEXT and an SSL listener side by side.
 # - one broker: the Java client (Kafka's console producer and consumer), kafka-python and
 #   confluent-kafka produce and consume over SSL; each listener advertises its own address
 #   (kafka-broker-api-versions on each); a PLAINTEXT client on the SSL port gets no answer;
@@ -8,7 +8,12 @@
 #   produces, one without is refused;
 # - a certificate replaced on disk is served to new connections without a restart;
 # - three brokers on one volume, peers on PLAINTEXT, clients on SSL: verifiable producer and
-#   consumer, every record once.
+#   consumer, every record once;
+# - SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL listeners: the Java client, kafka-python and
+#   confluent-kafka authenticate and produce and consume; a wrong password is refused
+#   (SASL_AUTHENTICATION_FAILED, late, logged) and writes nothing; a request before
+#   authentication closes the connection, ApiVersions is answered; an unserved mechanism is
+#   refused with the list of those served.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KAAS=target/release/kaas
@@ -186,4 +191,80 @@ acked=$(grep -c '"name":"producer_send_success"' "$work/vp.out" || true)
 read=$(consume "$bootstrap" "$work/ssl.properties" tls3 3000 | sort -n | uniq | wc -l)
 [ "$read" -eq 3000 ] || fail "read back $read distinct records of 3000"
 echo "3 brokers: 3000 records over SSL, acknowledged and read back once each"
-echo "tls.sh: passed"
+kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
+
+echo "== SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL listeners"
+plain=$(free_port); sasl=$(free_port); sasl_ssl=$(free_port)
+login='org.apache.kafka.common.security.plain.PlainLoginModule required'
+users="$login user_admin=\"admin-secret\" user_alice=\"alice-secret\";"
+"$KAAS" serve --data-dir "$work/sasl" \
+  --set "listeners=PLAINTEXT://127.0.0.1:$plain,SASL_PLAINTEXT://127.0.0.1:$sasl,SASL_SSL://127.0.0.1:$sasl_ssl" \
+  --set "ssl.keystore.location=$work/keystore.pem" --set sasl.enabled.mechanisms=PLAIN \
+  --set "listener.name.sasl_plaintext.plain.sasl.jaas.config=$users" --set "sasl.jaas.config=$users" \
+  --set group.initial.rebalance.delay.ms=0 > /dev/null 2> "$work/sasl.log" &
+pids+=($!)
+for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$sasl_ssl) 2>/dev/null && break; sleep 0.1; done
+jaas() { echo "sasl.jaas.config=$login username=\"$1\" password=\"$2\";"; }
+{ echo "security.protocol=SASL_PLAINTEXT"; echo "sasl.mechanism=PLAIN"; jaas alice alice-secret; } > "$work/sasl.properties"
+{ cat "$work/ssl.properties" | sed 's/^security.protocol=SSL/security.protocol=SASL_SSL/'; echo "sasl.mechanism=PLAIN"
+  jaas alice alice-secret; } > "$work/sasl-ssl.properties"
+{ echo "security.protocol=SASL_PLAINTEXT"; echo "sasl.mechanism=PLAIN"; jaas alice wrong; } > "$work/sasl-wrong.properties"
+produce "127.0.0.1:$sasl" "$work/sasl.properties" sasl 10 || fail "Java producer over SASL_PLAINTEXT: $(tail -3 "$work/produce.out")"
+produce "127.0.0.1:$sasl_ssl" "$work/sasl-ssl.properties" sasl 10 || fail "Java producer over SASL_SSL: $(tail -3 "$work/produce.out")"
+[ "$(consume "127.0.0.1:$sasl_ssl" "$work/sasl-ssl.properties" sasl 20 | wc -l)" -eq 20 ] || fail "Java consumer over SASL_SSL"
+echo "Java client as alice: 10 records over SASL_PLAINTEXT, 10 over SASL_SSL, 20 read back over SASL_SSL"
+produce "127.0.0.1:$sasl" "$work/sasl-wrong.properties" sasl 1 || true
+grep -q "SASL authentication failed.*wrong password for alice" "$work/sasl.log" || fail "a wrong password is not logged"
+[ "$(consume "127.0.0.1:$sasl" "$work/sasl.properties" sasl 21 | wc -l)" -eq 20 ] || fail "a wrong password wrote something"
+echo "the Java client with a wrong password: refused, logged with its address, nothing written"
+ci/.venv/bin/python - "$sasl" "$sasl_ssl" "$work/ca.pem" <<'PY' || fail "Python clients over SASL"
+import socket, struct, sys
+from kafka import KafkaConsumer, KafkaProducer
+from confluent_kafka import Producer
+sasl, sasl_ssl, ca = sys.argv[1], sys.argv[2], sys.argv[3]
+auth = dict(sasl_mechanism="PLAIN", sasl_plain_username="alice", sasl_plain_password="alice-secret")
+p = KafkaProducer(bootstrap_servers=f"127.0.0.1:{sasl_ssl}", security_protocol="SASL_SSL", ssl_cafile=ca, acks="all", **auth)
+for i in range(10):
+    p.send("sasl-py", f"kafka-python-{i}".encode())
+p.flush(); p.close()
+conf = {"bootstrap.servers": f"127.0.0.1:{sasl}", "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"}
+c = Producer(conf)
+for i in range(10):
+    c.produce("sasl-py", f"confluent-{i}".encode())
+assert c.flush(20) == 0, "confluent-kafka: records not delivered"
+k = KafkaConsumer("sasl-py", bootstrap_servers=f"127.0.0.1:{sasl}", security_protocol="SASL_PLAINTEXT",
+                  auto_offset_reset="earliest", consumer_timeout_ms=10000, **auth)
+seen = sorted(m.value.decode() for m in k)
+k.close()
+assert len(seen) == 20, f"kafka-python read {len(seen)} records"
+print("kafka-python (SASL_SSL) and confluent-kafka (SASL_PLAINTEXT) as alice: 20 records, read back")
+# A wrong password: the client is told authentication failed (SASL_AUTHENTICATION_FAILED).
+def refusals(**changed):
+    # What librdkafka reports of a client's connection (error_cb, served by poll).
+    errors = []
+    client = Producer({**conf, **changed, "error_cb": lambda e: errors.append(str(e)), "log_level": 0})
+    for _ in range(20):
+        client.poll(0.25)
+        if errors:
+            break
+    return errors
+errors = refusals(**{"sasl.password": "wrong"})
+assert any("Authentication failed" in e for e in errors), errors
+print("confluent-kafka with a wrong password: told Authentication failed")
+# An unserved mechanism: refused, and the client is told which are served.
+errors = refusals(**{"sasl.mechanism": "SCRAM-SHA-256"})
+assert any("PLAIN" in e for e in errors), errors
+print("SCRAM-SHA-256 (not served yet): refused, the client told PLAIN is what is served")
+# Before authentication: ApiVersions is answered, Metadata closes the connection.
+def raw(key, version):
+    s = socket.create_connection(("127.0.0.1", int(sasl)), timeout=5)
+    header = struct.pack(">hhih", key, version, 7, 2) + b"ci"
+    s.sendall(struct.pack(">i", len(header) + (4 if key == 3 else 0)) + header + (struct.pack(">i", -1) if key == 3 else b""))
+    data = s.recv(8)
+    return len(data) == 8 and struct.unpack(">i", data[4:8])[0] == 7
+assert raw(18, 0), "ApiVersions before authentication is not answered"
+assert not raw(3, 1), "Metadata before authentication was answered"
+print("before authentication: ApiVersions answered, Metadata closes the connection")
+PY
+echo "security.sh: passed"
