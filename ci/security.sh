@@ -13,7 +13,11 @@
 #   confluent-kafka authenticate and produce and consume; a wrong password is refused
 #   (SASL_AUTHENTICATION_FAILED, late, logged) and writes nothing; a request before
 #   authentication closes the connection, ApiVersions is answered; an unserved mechanism is
-#   refused with the list of those served.
+#   refused with the list of those served;
+# - SCRAM-SHA-256/512: kafka-configs sets a user's credentials (AlterUserScramCredentials),
+#   confluent-kafka describes and deletes them; the Java client, kafka-python and
+#   confluent-kafka authenticate with them, on the broker that set them and at once on a
+#   second broker of the same volume; a wrong password and a deleted credential are refused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KAAS=target/release/kaas
@@ -199,7 +203,7 @@ login='org.apache.kafka.common.security.plain.PlainLoginModule required'
 users="$login user_admin=\"admin-secret\" user_alice=\"alice-secret\";"
 "$KAAS" serve --data-dir "$work/sasl" \
   --set "listeners=PLAINTEXT://127.0.0.1:$plain,SASL_PLAINTEXT://127.0.0.1:$sasl,SASL_SSL://127.0.0.1:$sasl_ssl" \
-  --set "ssl.keystore.location=$work/keystore.pem" --set sasl.enabled.mechanisms=PLAIN \
+  --set "ssl.keystore.location=$work/keystore.pem" --set sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512 \
   --set "listener.name.sasl_plaintext.plain.sasl.jaas.config=$users" --set "sasl.jaas.config=$users" \
   --set group.initial.rebalance.delay.ms=0 > /dev/null 2> "$work/sasl.log" &
 pids+=($!)
@@ -253,9 +257,18 @@ errors = refusals(**{"sasl.password": "wrong"})
 assert any("Authentication failed" in e for e in errors), errors
 print("confluent-kafka with a wrong password: told Authentication failed")
 # An unserved mechanism: refused, and the client is told which are served.
-errors = refusals(**{"sasl.mechanism": "SCRAM-SHA-256"})
-assert any("PLAIN" in e for e in errors), errors
-print("SCRAM-SHA-256 (not served yet): refused, the client told PLAIN is what is served")
+# An unserved mechanism (SaslHandshake v1 by hand): UNSUPPORTED_SASL_MECHANISM and the list.
+s = socket.create_connection(("127.0.0.1", int(sasl)), timeout=5)
+body = struct.pack(">hhih", 17, 1, 9, 2) + b"ci" + struct.pack(">h", 6) + b"GSSAPI"
+s.sendall(struct.pack(">i", len(body)) + body)
+size, correlation, code, count = struct.unpack(">iihi", s.recv(14))
+mechanisms = []
+for _ in range(count):
+    (n,) = struct.unpack(">h", s.recv(2))
+    mechanisms.append(s.recv(n).decode())
+assert (correlation, code) == (9, 33), (correlation, code)
+assert mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], mechanisms
+print("GSSAPI (not served): UNSUPPORTED_SASL_MECHANISM, with", ",".join(mechanisms))
 # Before authentication: ApiVersions is answered, Metadata closes the connection.
 def raw(key, version):
     s = socket.create_connection(("127.0.0.1", int(sasl)), timeout=5)
@@ -266,5 +279,65 @@ def raw(key, version):
 assert raw(18, 0), "ApiVersions before authentication is not answered"
 assert not raw(3, 1), "Metadata before authentication was answered"
 print("before authentication: ApiVersions answered, Metadata closes the connection")
+PY
+
+echo "== SCRAM-SHA-256 and SCRAM-SHA-512, credentials on the volume"
+tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "127.0.0.1:$plain" --alter --entity-type users \
+  --entity-name bob --add-config 'SCRAM-SHA-256=[iterations=8192,password=bob-secret],SCRAM-SHA-512=[password=bob-512]' \
+  > "$work/configs.out" 2>&1 || fail "kafka-configs could not set bob's SCRAM credentials: $(tail -3 "$work/configs.out")"
+# A second broker on the same volume: it reads bob's credentials when bob authenticates.
+plain1=$(free_port); sasl1=$(free_port)
+"$KAAS" serve --data-dir "$work/sasl" --broker-id 1 \
+  --set "listeners=PLAINTEXT://127.0.0.1:$plain1,SASL_PLAINTEXT://127.0.0.1:$sasl1" \
+  --set sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512 --set broker.ownership.settle.ms=1000 \
+  > /dev/null 2> "$work/sasl1.log" &
+pids+=($!)
+for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$sasl1) 2>/dev/null && break; sleep 0.1; done
+scram_login='org.apache.kafka.common.security.scram.ScramLoginModule required'
+{ echo "security.protocol=SASL_PLAINTEXT"; echo "sasl.mechanism=SCRAM-SHA-512"
+  echo "sasl.jaas.config=$scram_login username=\"bob\" password=\"bob-512\";"; } > "$work/scram.properties"
+produce "127.0.0.1:$sasl" "$work/scram.properties" scram 10 || fail "Java producer with SCRAM-SHA-512: $(tail -3 "$work/produce.out")"
+[ "$(consume "127.0.0.1:$sasl" "$work/scram.properties" scram 10 | wc -l)" -eq 10 ] || fail "Java consumer with SCRAM-SHA-512"
+echo "kafka-configs set bob's credentials; the Java client as bob (SCRAM-SHA-512): 10 records produced and read"
+ci/.venv/bin/python - "$sasl" "$sasl1" <<'PY' || fail "Python clients with SCRAM"
+import sys
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
+from kafka import KafkaConsumer
+sasl, sasl1 = sys.argv[1], sys.argv[2]
+def conf(port, mechanism="SCRAM-SHA-256", password="bob-secret"):
+    return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": "bob", "sasl.password": password}
+def refusals(c):
+    errors = []
+    client = Producer({**c, "error_cb": lambda e: errors.append(str(e)), "log_level": 0})
+    for _ in range(20):
+        client.poll(0.25)
+        if errors:
+            break
+    return errors
+admin = AdminClient(conf(sasl))
+described = admin.describe_user_scram_credentials(["bob"])["bob"].result()
+infos = sorted((i.mechanism, i.iterations) for i in described.scram_credential_infos)
+assert infos == [(ScramMechanism.SCRAM_SHA_256, 8192), (ScramMechanism.SCRAM_SHA_512, 4096)], infos
+print("confluent-kafka describes bob: SCRAM-SHA-256 8192 iterations, SCRAM-SHA-512 4096")
+for port in (sasl, sasl1):
+    p = Producer(conf(port))
+    for i in range(5):
+        p.produce("scram", f"confluent-{port}-{i}".encode())
+    assert p.flush(20) == 0, f"confluent-kafka (SCRAM-SHA-256) at port {port}: records not delivered"
+print("confluent-kafka as bob (SCRAM-SHA-256) on both brokers: 10 records")
+k = KafkaConsumer("scram", bootstrap_servers=f"127.0.0.1:{sasl1}", security_protocol="SASL_PLAINTEXT",
+                  sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="bob", sasl_plain_password="bob-secret",
+                  auto_offset_reset="earliest", consumer_timeout_ms=10000)
+n = len(list(k)); k.close()
+assert n == 20, f"kafka-python read {n} of 20"
+print("kafka-python as bob (SCRAM-SHA-256) on the second broker: 20 records read")
+assert any("Authentication failed" in e for e in refusals(conf(sasl1, password="guess"))), "a wrong SCRAM password"
+admin.alter_user_scram_credentials([UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_512)])["bob"].result()
+assert any("Authentication failed" in e for e in refusals(conf(sasl1, "SCRAM-SHA-512", "bob-512"))), "a deleted credential"
+p = Producer(conf(sasl1))
+p.produce("scram", b"after"); assert p.flush(20) == 0, "SCRAM-SHA-256 after deleting SCRAM-SHA-512"
+print("a wrong SCRAM password and a deleted credential (at the other broker, at once) refused; the other credential still serves")
 PY
 echo "security.sh: passed"

@@ -1,23 +1,28 @@
 //! The SASL mechanisms of SASL listeners, by rsasl: PLAIN, with its users from a JAAS-style
 //! setting as Apache's brokers read them (`listener.name.<listener>.plain.sasl.jaas.config`,
-//! else `sasl.jaas.config`: `... PlainLoginModule required user_alice="secret" ...;`).
+//! else `sasl.jaas.config`: `... PlainLoginModule required user_alice="secret" ...;`), and
+//! SCRAM-SHA-256/512, with each user's stored keys read from the volume
+//! (`kaas_core::cluster::scram`, set by AlterUserScramCredentials) when the user authenticates.
 //! kaas-net frames the exchange (`kaas_net::sasl`); this runs it.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use kaas_core::BrokerConfig;
+use kaas_core::cluster::scram::{self, ScramCredential, ScramMechanism};
 use kaas_net::sasl::{Exchange, Mechanisms, Step};
-use rsasl::callback::{Context, SessionCallback, SessionData};
+use rsasl::callback::{Context, Request, SessionCallback, SessionData};
+use rsasl::mechanisms::scram::properties::ScramStoredPassword;
 use rsasl::mechname::Mechname;
-use rsasl::prelude::{SASLConfig, SASLServer, Session, State, Validation};
+use rsasl::prelude::{SASLConfig, SASLServer, Session, SessionError, State, Validation};
 use rsasl::property::{AuthId, AuthzId, Password};
 use rsasl::validate::{Validate, ValidationError};
 
 /// The mechanisms kaas serves.
-const SERVED: [&str; 1] = ["PLAIN"];
+const SERVED: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
 /// What a finished exchange comes to: the user, or why not.
 struct Outcome;
@@ -25,30 +30,80 @@ impl Validation for Outcome {
     type Value = Result<String, String>;
 }
 
-/// Checks PLAIN's user and password against the configured users.
-struct Users(BTreeMap<String, String>);
+/// Checks PLAIN's user and password against the configured users, and gives SCRAM the stored
+/// keys of the user on the volume.
+struct Users {
+    plain: BTreeMap<String, String>,
+    /// The data directory, where `__cluster/scram/` holds the SCRAM credentials.
+    data_dir: PathBuf,
+}
+
+impl Users {
+    /// `user`'s stored credential for `mechanism`, read now (a credential altered on any
+    /// broker holds at once); an unreadable file is logged and taken as no credential.
+    fn scram(&self, user: &str, mechanism: &str) -> Option<ScramCredential> {
+        let mechanism = ScramMechanism::from_name(mechanism)?;
+        let path = self.data_dir.join(scram::path(user));
+        let raw = match std::fs::read(&path) {
+            Ok(raw) => raw,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot read SCRAM credentials");
+                return None;
+            }
+        };
+        match scram::UserFile::decode(&raw) {
+            Ok(file) if file.user == user => file.credentials.get(&mechanism).cloned(),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "damaged SCRAM credentials: refusing the user");
+                None
+            }
+        }
+    }
+}
 
 impl SessionCallback for Users {
+    fn callback(&self, data: &SessionData, context: &Context, request: &mut Request<'_>) -> Result<(), SessionError> {
+        let mechanism = data.mechanism().mechanism;
+        if !mechanism.starts_with("SCRAM-") || !request.is::<ScramStoredPassword>() {
+            return Ok(());
+        }
+        let Some(user) = context.get_ref::<AuthId>() else { return Ok(()) };
+        if let Some(c) = self.scram(user, mechanism) {
+            let iterations = u32::try_from(c.iterations).unwrap_or(0);
+            let stored = ScramStoredPassword::new(iterations, &c.salt, &c.stored_key, &c.server_key);
+            request.satisfy::<ScramStoredPassword>(&stored)?;
+        }
+        Ok(())
+    }
+
     fn validate(
         &self,
         data: &SessionData,
         context: &Context,
         validate: &mut Validate<'_>,
     ) -> Result<(), ValidationError> {
-        if data.mechanism().mechanism != "PLAIN" {
-            return Ok(());
-        }
+        let mechanism = data.mechanism().mechanism;
         let user = context.get_ref::<AuthId>().unwrap_or_default().to_string();
         let authzid = context.get_ref::<AuthzId>();
-        let password = context.get_ref::<Password>().unwrap_or_default();
-        let verdict = match self.0.get(&user) {
-            // Apache's PLAIN takes no authorization id other than the user's own.
-            _ if authzid.is_some_and(|a| !a.is_empty() && a != user) => {
-                Err(format!("{user} asked to act as {authzid:?}"))
+        if authzid.is_some_and(|a| !a.is_empty() && a != user) {
+            // Kafka takes no authorization id other than the user's own.
+            let verdict = Err(format!("{user} asked to act as {authzid:?}"));
+            validate.with::<Outcome, _>(|| Ok(verdict))?;
+            return Ok(());
+        }
+        let verdict = match mechanism {
+            // SCRAM's proof was checked by the mechanism against the stored keys.
+            m if m.starts_with("SCRAM-") => Ok(user),
+            _ => {
+                let password = context.get_ref::<Password>().unwrap_or_default();
+                match self.plain.get(&user) {
+                    Some(expected) if constant_time_eq(expected.as_bytes(), password) => Ok(user),
+                    Some(_) => Err(format!("wrong password for {user}")),
+                    None => Err(format!("unknown user {user:?}")),
+                }
             }
-            Some(expected) if constant_time_eq(expected.as_bytes(), password) => Ok(user),
-            Some(_) => Err(format!("wrong password for {user}")),
-            None => Err(format!("unknown user {user:?}")),
         };
         validate.with::<Outcome, _>(|| Ok(verdict))?;
         Ok(())
@@ -96,22 +151,33 @@ impl Listener {
             .filter(|m| !m.is_empty())
             .collect();
         if let Some(m) = enabled.iter().find(|m| !SERVED.contains(&m.as_str())) {
-            return Err(format!("listener {listener}: SASL mechanism {m} is not served yet (served: PLAIN)"));
+            return Err(format!(
+                "listener {listener}: SASL mechanism {m} is not served (served: {})",
+                SERVED.join(", ")
+            ));
         }
         if enabled.is_empty() {
             return Err(format!("listener {listener}: sasl.enabled.mechanisms names no mechanism"));
         }
-        let jaas = setting("plain.sasl.jaas.config").or_else(|| setting("sasl.jaas.config")).ok_or_else(|| {
-            format!(
-                "listener {listener}: PLAIN needs its users: listener.name.{}.plain.sasl.jaas.config",
-                listener.to_ascii_lowercase()
-            )
-        })?;
-        let users = jaas_users(&jaas)?;
-        if users.is_empty() {
-            return Err(format!("listener {listener}: the PLAIN login module names no user_NAME=\"password\""));
-        }
-        let config = SASLConfig::builder().with_defaults().with_callback(Users(users)).map_err(|e| e.to_string())?;
+        let plain = match enabled.iter().any(|m| m == "PLAIN") {
+            false => BTreeMap::new(),
+            true => {
+                let jaas =
+                    setting("plain.sasl.jaas.config").or_else(|| setting("sasl.jaas.config")).ok_or_else(|| {
+                        let name = listener.to_ascii_lowercase();
+                        format!(
+                            "listener {listener}: PLAIN needs its users: listener.name.{name}.plain.sasl.jaas.config"
+                        )
+                    })?;
+                let users = jaas_users(&jaas)?;
+                if users.is_empty() {
+                    return Err(format!("listener {listener}: the PLAIN login module names no user_NAME=\"password\""));
+                }
+                users
+            }
+        };
+        let users = Users { plain, data_dir: PathBuf::from(&config.log_dir) };
+        let config = SASLConfig::builder().with_defaults().with_callback(users).map_err(|e| e.to_string())?;
         Ok(Listener { enabled, config })
     }
 }
@@ -172,5 +238,53 @@ mod tests {
         config.set("sasl.enabled.mechanisms", "PLAIN,GSSAPI").unwrap();
         let refused = Listener::from_config(&config, "SASL_PLAINTEXT").err().expect("GSSAPI is not served");
         assert!(refused.contains("GSSAPI"), "{refused}");
+    }
+
+    /// A SCRAM client (rsasl's) against the listener, the user's keys in a file as
+    /// AlterUserScramCredentials leaves them: the right password passes, a wrong one does not,
+    /// nor does a user without credentials.
+    #[test]
+    fn scram_users_authenticate_against_their_stored_keys() {
+        use rsasl::prelude::SASLClient;
+        let dir = std::env::temp_dir().join(format!("kaas-scram-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(scram::SCRAM_DIR)).unwrap();
+        let salt = b"0123456789abcdef";
+        let mut salted = Default::default();
+        rsasl::mechanisms::scram::tools::hash_password::<sha2::Sha256>(b"bob-secret", 4096, salt, &mut salted);
+        let credential = ScramCredential::from_salted(ScramMechanism::Sha256, salt, &salted, 4096);
+        let file = scram::UserFile {
+            format_version: scram::FORMAT_VERSION,
+            user: "bob".into(),
+            credentials: BTreeMap::from([(ScramMechanism::Sha256, credential)]),
+        };
+        std::fs::write(dir.join(scram::path("bob")), serde_json::to_vec(&file).unwrap()).unwrap();
+        let mut config = BrokerConfig { log_dir: dir.display().to_string(), ..BrokerConfig::default() };
+        config.set("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512").unwrap();
+        let listener = Listener::from_config(&config, "SASL_SSL").unwrap();
+        let login = |user: &str, password: &str, mechanism: &str| {
+            let credentials = SASLConfig::with_credentials(None, user.to_string(), password.to_string()).unwrap();
+            let name = Mechname::parse(mechanism.as_bytes()).unwrap();
+            let mut client = SASLClient::new(credentials).start_suggested(&[name]).unwrap();
+            let mut server = listener.start(mechanism).unwrap();
+            let mut from_client = Cursor::new(Vec::new());
+            client.step(None, &mut from_client).unwrap();
+            loop {
+                match server.step(from_client.get_ref()) {
+                    Step::Continue(answer) => {
+                        from_client = Cursor::new(Vec::new());
+                        if client.step(Some(&answer), &mut from_client).is_err() {
+                            return Err("the client gave up".to_string());
+                        }
+                    }
+                    Step::Done { user, .. } => return Ok(user),
+                    Step::Failed(why) => return Err(why),
+                }
+            }
+        };
+        assert_eq!(login("bob", "bob-secret", "SCRAM-SHA-256"), Ok("bob".to_string()));
+        assert!(login("bob", "guess", "SCRAM-SHA-256").is_err(), "a wrong password");
+        assert!(login("bob", "bob-secret", "SCRAM-SHA-512").is_err(), "no SHA-512 credential");
+        assert!(login("carol", "anything", "SCRAM-SHA-256").is_err(), "no such user");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -20,6 +20,7 @@ use crate::txn::markers;
 use crate::txn::peers::Markers;
 
 mod dead_letter;
+pub mod scram;
 mod share;
 mod share_admin;
 mod writes;

@@ -20,6 +20,7 @@ pub mod membership;
 pub mod ownership;
 pub mod producer_ids;
 pub mod reassignment;
+pub mod scram;
 
 pub use claims::{Claimed, Claims, Kind};
 pub use membership::{ClusterView, Endpoint, LeaseSeen, MembershipHandle, Peer};

@@ -26,6 +26,7 @@ mod produce;
 mod producers;
 mod reassignments;
 pub mod reference;
+mod scram;
 mod share_fetch;
 mod share_groups;
 mod transactions;
@@ -59,6 +60,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // is not served: every client kaas serves sends v1.
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DeleteRecords, 0, 2),
@@ -168,6 +171,8 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::DescribeQuorum => now!(describe_quorum::handle),
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions::handle),
         ApiKey::DescribeAcls => now!(acls::describe),
+        ApiKey::DescribeUserScramCredentials => now!(scram::describe),
+        ApiKey::AlterUserScramCredentials => now!(scram::alter),
         ApiKey::CreateAcls => now!(acls::create),
         ApiKey::DeleteAcls => now!(acls::delete),
         ApiKey::DescribeLogDirs => now!(log_dirs::describe),

@@ -99,7 +99,7 @@ const NOTES: &[(i16, &str)] = &[
     (8, "v10 (topic ids) not yet"),
     (9, "v10 (topic ids) not yet"),
     (15, "v6: a group that is not a classic group is GROUP_ID_NOT_FOUND"),
-    (17, "SASL listeners (PLAIN); v0, raw tokens after the handshake, not served"),
+    (17, "SASL listeners (PLAIN, SCRAM-SHA-256/512); v0, raw tokens after the handshake, not served"),
     (18, "v5 not yet"),
     (26, "v5 is transactions v2 (the epoch bumps at every end), advertised while `transaction.version` is 2"),
     (27, "v2 not yet (kafka-protocol 0.18 has no struct for it); brokers of one volume call each other with v1"),
@@ -113,7 +113,7 @@ const NOTES: &[(i16, &str)] = &[
     (32, "broker settings under Kafka's names, with synonyms; see configuration.md"),
     (34, "one log directory: a move to it is nothing to do, to any other LOG_DIR_NOT_FOUND"),
     (35, "the data directory, the partitions this broker owns, the file system's size; v5 not yet"),
-    (36, "SASL listeners (PLAIN); no re-authentication yet (session lifetime 0)"),
+    (36, "SASL listeners (PLAIN, SCRAM-SHA-256/512); no re-authentication yet (session lifetime 0)"),
     (42, "v3 not yet"),
     (43, "the owner is the only replica: ELECTION_NOT_NEEDED"),
     (
@@ -121,6 +121,8 @@ const NOTES: &[(i16, &str)] = &[
         "moves ownership, not data: the owner is the first live broker of the new replica list, reached by the ordinary hand-over",
     ),
     (46, "in progress while no broker of the new list holds the partition"),
+    (50, "credentials on the shared volume, read by every broker when a user authenticates"),
+    (51, "credentials on the shared volume as RFC 5802's stored keys; iterations 4096-16384 as Apache checks them"),
     (
         55,
         "no metadata quorum: the brokers' leases instead; every broker with a lease is a voter, its last renewal as its last fetch; the leader is the controller Metadata names, with no epoch or high watermark",
