@@ -156,27 +156,18 @@ pub async fn users<V: Volume>(volume: &V) -> CoreResult<Vec<String>> {
     let mut users: Vec<String> = names
         .iter()
         .filter_map(|n| n.strip_suffix(".json"))
-        .filter_map(hex::decode)
+        .filter_map(crate::hex::decode)
         .filter_map(|b| String::from_utf8(b).ok())
         .collect();
     users.sort();
     Ok(users)
 }
 
-/// Hex in JSON, for the keys and salts.
+/// Hex in JSON, for the keys and salts (`crate::hex`).
 mod hex {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn encode(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
-    }
-
-    pub fn decode(text: &str) -> Option<Vec<u8>> {
-        if !text.len().is_multiple_of(2) {
-            return None;
-        }
-        (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
-    }
+    pub use crate::hex::{decode, encode};
 
     pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&encode(bytes))
