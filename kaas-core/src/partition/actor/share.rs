@@ -15,7 +15,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::participant::Admission;
 use crate::partition::Isolation;
 use crate::partition::log::batch::BatchHeader;
-use crate::partition::share::state::{AckError, Event, LogBatch, RecordState, ShareWindow};
+use crate::partition::share::state::{AckError, AcquiredRange, Event, LogBatch, RecordState, ShareWindow};
 use crate::partition::share::{
     AutoOffsetReset, DeadLetter, DeadLetterCause, ShareCommand, ShareFetched, ShareGroupConfig, ShareOffsets, file,
 };
@@ -348,7 +348,7 @@ impl<E: Env> PartitionActor<E> {
         let (mut at, mut read_bytes, mut read_total) = (from, SHARE_FIRST_READ_BYTES, 0usize);
         let (mut records_left, mut bytes_left) = (max_records, max_bytes);
         let mut sent: Vec<bytes::Bytes> = Vec::new();
-        let mut acquired_all: Vec<crate::partition::share::state::AcquiredRange> = Vec::new();
+        let mut acquired_all: Vec<AcquiredRange> = Vec::new();
         while records_left > 0 && bytes_left > 0 && read_total < max_bytes {
             let log = self.log.as_ref().expect("the log is open");
             let read = log.read(at, read_bytes.min(max_bytes - read_total), upper).await.map_err(CoreError::from)?;
@@ -365,14 +365,7 @@ impl<E: Env> PartitionActor<E> {
                 bytes_left = bytes_left.saturating_sub(records.len());
                 sent.push(records);
                 for range in acquired {
-                    match acquired_all.last_mut() {
-                        Some(r)
-                            if r.last_offset + 1 == range.first_offset && r.delivery_count == range.delivery_count =>
-                        {
-                            r.last_offset = range.last_offset
-                        }
-                        _ => acquired_all.push(range),
-                    }
+                    AcquiredRange::append(&mut acquired_all, range);
                 }
             }
             if !self.shares[group_id].window.can_acquire() {

@@ -227,6 +227,19 @@ pub struct AcquiredRange {
     pub delivery_count: u16,
 }
 
+impl AcquiredRange {
+    /// Adds `range` after the last of `ranges`, as part of it when it continues it with the
+    /// same delivery count: a ShareFetch answers as few ranges as it can.
+    pub fn append(ranges: &mut Vec<AcquiredRange>, range: AcquiredRange) {
+        match ranges.last_mut() {
+            Some(r) if r.last_offset + 1 == range.first_offset && r.delivery_count == range.delivery_count => {
+                r.last_offset = range.last_offset
+            }
+            _ => ranges.push(range),
+        }
+    }
+}
+
 /// One range of an acknowledgement: per offset, or one type for the whole range.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AckBatch {
@@ -580,12 +593,8 @@ impl ShareWindow {
                 };
                 self.set(offset, next);
                 taken += 1;
-                match acquired.last_mut() {
-                    Some(r) if r.last_offset + 1 == offset && r.delivery_count == delivery_count => {
-                        r.last_offset = offset
-                    }
-                    _ => acquired.push(AcquiredRange { first_offset: offset, last_offset: offset, delivery_count }),
-                }
+                let range = AcquiredRange { first_offset: offset, last_offset: offset, delivery_count };
+                AcquiredRange::append(&mut acquired, range);
             }
         }
         acquired
