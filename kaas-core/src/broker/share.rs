@@ -206,6 +206,11 @@ impl<E: Env> Broker<E> {
     /// `max_wait_ms` for records when there are none.
     pub async fn share_fetch(&self, plan: SharePlan) -> ShareFetchAnswer {
         let SharePlan { request, fetch_from, full, closed } = plan;
+        // A session opening reads the group's configs as the volume has them: a lock duration
+        // altered on a peer a moment ago applies to the first records this member acquires.
+        if full {
+            self.topics.refresh_group_configs().await;
+        }
         let config = self.share_group_config(&request.group_id);
         let snapshot = self.topics.snapshot();
         let mut answers: BTreeMap<(TopicId, i32), SharePartitionAnswer> = BTreeMap::new();

@@ -164,6 +164,8 @@ enum Command {
     /// An admin read: every topic and the broker configs as the volume has them now, unless a
     /// full rescan began after the caller saw `rescans` at this count.
     RefreshAll(u64, oneshot::Sender<()>),
+    /// The group configs as the volume has them now (a share session opening).
+    RefreshGroupConfigs(oneshot::Sender<()>),
 }
 
 #[derive(Clone)]
@@ -295,6 +297,13 @@ impl TopicsHandle {
     pub async fn refresh_all(&self) {
         let seen = self.rescans.load(Ordering::Acquire);
         self.ask(|reply| Command::RefreshAll(seen, reply)).await;
+    }
+
+    /// The group configs read again now: a share session opened on this broker right after
+    /// the group's configs were altered on a peer (the lock duration, the delivery limit, the
+    /// isolation level) works under them, not under the ones the last rescan saw.
+    pub async fn refresh_group_configs(&self) {
+        self.ask(Command::RefreshGroupConfigs).await;
     }
 
     /// Records fences for every partition this broker starts from now on too: a partition
@@ -469,6 +478,12 @@ impl<E: Env> TopicManager<E> {
                     // after the caller asked.
                     if self.rescans.load(Ordering::Acquire) == seen {
                         self.catch_up().await;
+                    }
+                    let _ = reply.send(());
+                }
+                Some(Command::RefreshGroupConfigs(reply)) => {
+                    if self.rescan_group_configs().await {
+                        self.publish();
                     }
                     let _ = reply.send(());
                 }
