@@ -92,6 +92,14 @@ pub enum CoreError {
     UnstableOffsetCommit,
     /// 105: no such transactional id (DescribeTransactions).
     TransactionalIdNotFound,
+    /// 54: the ACL APIs with no authorizer configured.
+    SecurityDisabled,
+    /// 29, 30, 31, 53: the ACLs refuse the principal this (topic, group, cluster,
+    /// transactional id).
+    TopicAuthorizationFailed,
+    GroupAuthorizationFailed,
+    ClusterAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
 }
 
 impl CoreError {

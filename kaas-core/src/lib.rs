@@ -60,6 +60,7 @@ pub(crate) async fn park_for_crash() {
 /// features. A production binary must say false.
 pub const SIM_HOOKS: bool = cfg!(feature = "sim");
 
+pub mod acl;
 pub mod broker;
 pub mod cluster;
 pub mod config;

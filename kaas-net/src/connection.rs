@@ -48,6 +48,26 @@ pub struct Context<E: Env> {
     pub principal: String,
     /// This connection's number on its broker: its share sessions are tied to it.
     pub connection_id: u64,
+    /// A broker of this cluster calls (it proved it knows the cluster's secret, KAAS-BROKER):
+    /// a broker's own calls (markers, verification) are its, and the ACLs do not apply.
+    pub from_broker: bool,
+}
+
+impl<E: Env> Context<E> {
+    /// Who asks, for the authorizer: the principal and the client's address without its port.
+    pub fn requester(&self) -> kaas_core::acl::authorizer::Requester<'_> {
+        let host = match self.peer.parse::<std::net::SocketAddr>() {
+            Ok(_) => self.peer.rsplit_once(':').map_or(self.peer.as_str(), |(h, _)| h),
+            Err(_) => self.peer.as_str(),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        kaas_core::acl::authorizer::Requester { principal: &self.principal, host }
+    }
+
+    /// Whether the client may do `operation` on `resource`.
+    pub fn authorized(&self, operation: kaas_core::acl::Operation, resource: kaas_core::acl::Resource) -> bool {
+        self.from_broker || self.broker.authorized(self.requester(), operation, resource)
+    }
 }
 
 enum Slot {
@@ -68,9 +88,14 @@ pub async fn serve<E: Env, S>(
     let max_bytes = broker.config.socket_request_max_bytes;
     let spawner = broker.env.spawner().clone();
     let connection_id = broker.next_connection_id();
-    let mut auth = Auth::new(sasl);
+    // Peers call on the inter-broker listener, and prove there that they are brokers.
+    let peers: Option<Arc<dyn Mechanisms>> = (*listener == *broker.config.inter_broker_listener_name).then(|| {
+        Arc::new(crate::broker_auth::BrokerMechanism { env: broker.env.clone(), secret: broker.broker_secret.clone() })
+            as Arc<dyn Mechanisms>
+    });
+    let mut auth = Auth::new(sasl, peers);
     let principal = auth.principal();
-    let mut ctx = Context { broker, peer, listener, principal, connection_id };
+    let mut ctx = Context { broker, peer, listener, principal, connection_id, from_broker: false };
     let (mut reader, writer) = tokio::io::split(stream);
     let (slots, slots_rx) = mpsc::channel(IN_FLIGHT_MAX);
     let (written, all_written) = oneshot::channel::<()>();
@@ -102,6 +127,7 @@ pub async fn serve<E: Env, S>(
             Verdict::Serve => api::dispatch(&ctx, frame).await,
             Verdict::Answer(response) => {
                 ctx.principal = auth.principal();
+                ctx.from_broker = auth.is_broker();
                 Ok(Answer::Now(response))
             }
             Verdict::Refuse(response, why) => {

@@ -59,6 +59,11 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::NotEnoughReplicas => K::NotEnoughReplicas,
         CoreError::UnstableOffsetCommit => K::UnstableOffsetCommit,
         CoreError::TransactionalIdNotFound => K::TransactionalIdNotFound,
+        CoreError::SecurityDisabled => K::SecurityDisabled,
+        CoreError::TopicAuthorizationFailed => K::TopicAuthorizationFailed,
+        CoreError::GroupAuthorizationFailed => K::GroupAuthorizationFailed,
+        CoreError::ClusterAuthorizationFailed => K::ClusterAuthorizationFailed,
+        CoreError::TransactionalIdAuthorizationFailed => K::TransactionalIdAuthorizationFailed,
     };
     kafka.code()
 }

@@ -3,6 +3,7 @@
 //! translate them into kaas-core commands and core errors back into Kafka error codes.
 
 pub mod api;
+pub mod broker_auth;
 pub mod connection;
 pub mod error;
 pub mod frame;

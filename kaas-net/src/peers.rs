@@ -10,9 +10,11 @@
 //! link idle without a connection for `LINK_IDLE_MS` ends, and is dropped from the map.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use kaas_core::cluster::broker_auth::BrokerSecret;
 use kaas_core::env::{Clock, Env, Net, Spawner};
 use kaas_core::participant::{Join, Participant};
 use kaas_core::txn::peers::{self, Endpoint, Markers, PeerCall};
@@ -57,7 +59,13 @@ struct Job {
 }
 
 /// Serves the calls of `kaas_core::txn::peers` until shutdown.
-pub async fn serve<E: Env>(env: E, broker_id: i32, mut calls: mpsc::Receiver<PeerCall>, mut shutdown: ShutdownSignal) {
+pub async fn serve<E: Env>(
+    env: E,
+    broker_id: i32,
+    secret: Arc<BrokerSecret>,
+    mut calls: mpsc::Receiver<PeerCall>,
+    mut shutdown: ShutdownSignal,
+) {
     let mut links: BTreeMap<Endpoint, mpsc::Sender<Job>> = BTreeMap::new();
     loop {
         let call = tokio::select! {
@@ -73,7 +81,8 @@ pub async fn serve<E: Env>(env: E, broker_id: i32, mut calls: mpsc::Receiver<Pee
         links.retain(|_, link| !link.is_closed());
         let link = links.entry(to.clone()).or_insert_with(|| {
             let (tx, rx) = mpsc::channel(LINK_QUEUE_MAX);
-            env.spawner().spawn("peer-link", link(env.clone(), to.clone(), peers::client_id(broker_id), rx));
+            let me = Me { broker_id, client_id: peers::client_id(broker_id), secret: secret.clone() };
+            env.spawner().spawn("peer-link", link(env.clone(), to.clone(), me, rx));
             tx
         });
         // A full link means the peer is slow or gone, and a link that ended idle just now
@@ -372,9 +381,18 @@ struct InFlight {
     answer: Box<dyn FnOnce(Option<Bytes>) + Send>,
 }
 
-/// One peer's connection: connects on the first call, pipelines, and on any failure drops the
-/// connection and fails what was on it.
-async fn link<E: Env>(env: E, to: Endpoint, client_id: String, mut jobs: mpsc::Receiver<Job>) {
+/// Who this broker is to its peers.
+struct Me {
+    broker_id: i32,
+    client_id: String,
+    secret: Arc<BrokerSecret>,
+}
+
+/// One peer's connection: connects on the first call, proves this broker is one of the
+/// cluster's (KAAS-BROKER), pipelines, and on any failure drops the connection and fails what
+/// was on it.
+async fn link<E: Env>(env: E, to: Endpoint, me: Me, mut jobs: mpsc::Receiver<Job>) {
+    let client_id = &me.client_id;
     let mut correlation_id = 0i32;
     loop {
         let first = tokio::select! {
@@ -415,12 +433,31 @@ async fn link<E: Env>(env: E, to: Endpoint, client_id: String, mut jobs: mpsc::R
                 }
             }
         });
+        let proof = crate::broker_auth::prove(
+            &mut writer,
+            &mut frames,
+            &mut correlation_id,
+            client_id,
+            me.broker_id,
+            &me.secret,
+        );
+        let proven = tokio::select! {
+            biased;
+            proven = proof => proven,
+            _ = env.clock().sleep_ms(PEER_REQUEST_TIMEOUT_MS) => Err("no answer in time".to_string()),
+        };
+        if let Err(why) = proven {
+            tracing::warn!(broker = to.broker_id, host = %to.host, port, why = %why, "cannot authenticate to a peer");
+            drop(closed);
+            (first.answer)(None);
+            continue;
+        }
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
         let mut next = Some(first);
         loop {
             if let Some(Job { key, version, encode, answer }) = next.take() {
                 correlation_id = correlation_id.wrapping_add(1);
-                let Some(bytes) = request_frame(key, version, encode, correlation_id, &client_id) else {
+                let Some(bytes) = request_frame(key, version, encode, correlation_id, client_id) else {
                     answer(None);
                     continue;
                 };

@@ -18,6 +18,8 @@ use kafka_protocol::protocol::{Decodable, StrBytes};
 use crate::api;
 use crate::connection::Response;
 
+use kaas_core::cluster::broker_auth::MECHANISM as BROKER_MECHANISM;
+
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 const ILLEGAL_SASL_STATE: i16 = 34;
 const SASL_AUTHENTICATION_FAILED: i16 = 58;
@@ -46,17 +48,17 @@ pub trait Mechanisms: Send + Sync {
 
 /// A connection's authentication.
 pub enum Auth {
-    /// Not a SASL listener: every request is served.
-    Open,
+    /// Not a SASL listener: every request is served. On the inter-broker listener a peer
+    /// broker proves itself with `KAAS-BROKER` (`peers`), kaas's own mechanism.
+    Open { peers: Option<Arc<dyn Mechanisms>> },
     /// A SASL listener before its handshake.
     Handshake(Arc<dyn Mechanisms>),
     /// A mechanism chosen: SaslAuthenticate until it is done.
-    Exchanging {
-        mechanism: String,
-        exchange: Box<dyn Exchange>,
-    },
+    Exchanging { mechanism: String, exchange: Box<dyn Exchange> },
     Authenticated {
         user: String,
+        /// A broker of this cluster (`KAAS-BROKER`): its own calls are a broker's.
+        broker: bool,
     },
 }
 
@@ -74,9 +76,11 @@ pub enum Verdict {
 }
 
 impl Auth {
-    pub fn new(mechanisms: Option<Arc<dyn Mechanisms>>) -> Auth {
+    /// `mechanisms` of a SASL listener, or `peers` (the brokers' mechanism) on the
+    /// inter-broker listener, which is never a SASL one.
+    pub fn new(mechanisms: Option<Arc<dyn Mechanisms>>, peers: Option<Arc<dyn Mechanisms>>) -> Auth {
         match mechanisms {
-            None => Auth::Open,
+            None => Auth::Open { peers },
             Some(m) => Auth::Handshake(m),
         }
     }
@@ -84,14 +88,19 @@ impl Auth {
     /// The principal of the connection, as Kafka names principals.
     pub fn principal(&self) -> String {
         match self {
-            Auth::Authenticated { user } => format!("User:{user}"),
+            Auth::Authenticated { user, .. } => format!("User:{user}"),
             _ => "User:ANONYMOUS".to_string(),
         }
     }
 
+    /// Whether a broker of this cluster is on the other end (it proved it knows the secret).
+    pub fn is_broker(&self) -> bool {
+        matches!(self, Auth::Authenticated { broker: true, .. })
+    }
+
     /// Whether requests other than ApiVersions and SASL's may be served.
     fn done(&self) -> bool {
-        matches!(self, Auth::Open | Auth::Authenticated { .. })
+        matches!(self, Auth::Open { .. } | Auth::Authenticated { .. })
     }
 
     /// Looks at a request before it is dispatched: SASL's are answered here, and nothing but
@@ -121,10 +130,12 @@ impl Auth {
             let response = SaslHandshakeResponse::default().with_error_code(code).with_mechanisms(mechanisms);
             api::encode(ApiKey::SaslHandshake, &header, &response)
         };
-        let Auth::Handshake(mechanisms) = self else {
-            return Verdict::Answer(answer(ILLEGAL_SASL_STATE, Vec::new()));
-        };
         let mechanism = request.mechanism.to_string();
+        let mechanisms = match self {
+            Auth::Handshake(mechanisms) => mechanisms.clone(),
+            Auth::Open { peers: Some(peers) } if mechanism == BROKER_MECHANISM => peers.clone(),
+            _ => return Verdict::Answer(answer(ILLEGAL_SASL_STATE, Vec::new())),
+        };
         match mechanisms.start(&mechanism) {
             Some(exchange) => {
                 let enabled = mechanisms.enabled();
@@ -154,7 +165,8 @@ impl Auth {
             Step::Continue(bytes) => Verdict::Answer(answer(0, None, bytes)),
             Step::Done { user, answer: bytes } => {
                 tracing::debug!(%user, %mechanism, "authenticated");
-                *self = Auth::Authenticated { user };
+                let broker = mechanism == BROKER_MECHANISM;
+                *self = Auth::Authenticated { user, broker };
                 Verdict::Answer(answer(0, None, bytes))
             }
             Step::Failed(why) => {
@@ -220,8 +232,8 @@ mod tests {
         frame(ApiKey::SaslHandshake, 1, &request)
     }
 
-    fn authenticate(token: &'static [u8]) -> Bytes {
-        let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(token));
+    fn authenticate(token: impl Into<Bytes>) -> Bytes {
+        let request = SaslAuthenticateRequest::default().with_auth_bytes(token.into());
         frame(ApiKey::SaslAuthenticate, 2, &request)
     }
 
@@ -241,26 +253,71 @@ mod tests {
     #[test]
     fn nothing_but_api_versions_before_authentication_and_sasl_in_its_order() {
         let metadata = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
-        let mut auth = Auth::new(Some(Arc::new(Fake)));
+        let mut auth = Auth::new(Some(Arc::new(Fake)), None);
         assert!(matches!(auth.check(&metadata), Verdict::Close(_)), "Metadata before authentication");
-        assert_eq!(code(auth.check(&authenticate(b"ok")), ApiKey::SaslAuthenticate, 2), ILLEGAL_SASL_STATE);
+        assert_eq!(code(auth.check(&authenticate(&b"ok"[..])), ApiKey::SaslAuthenticate, 2), ILLEGAL_SASL_STATE);
         assert_eq!(code(auth.check(&handshake("GSSAPI")), ApiKey::SaslHandshake, 1), UNSUPPORTED_SASL_MECHANISM);
         assert_eq!(code(auth.check(&handshake("PLAIN")), ApiKey::SaslHandshake, 1), 0);
         assert!(matches!(auth.check(&metadata), Verdict::Close(_)), "Metadata mid-exchange");
-        assert_eq!(code(auth.check(&authenticate(b"ok")), ApiKey::SaslAuthenticate, 2), 0);
+        assert_eq!(code(auth.check(&authenticate(&b"ok"[..])), ApiKey::SaslAuthenticate, 2), 0);
         assert_eq!(auth.principal(), "User:alice");
         assert!(matches!(auth.check(&metadata), Verdict::Serve));
         assert_eq!(code(auth.check(&handshake("PLAIN")), ApiKey::SaslHandshake, 1), ILLEGAL_SASL_STATE, "once done");
 
-        let mut refused = Auth::new(Some(Arc::new(Fake)));
+        let mut refused = Auth::new(Some(Arc::new(Fake)), None);
         refused.check(&handshake("PLAIN"));
-        let verdict = refused.check(&authenticate(b"guess"));
+        let verdict = refused.check(&authenticate(&b"guess"[..]));
         assert!(matches!(verdict, Verdict::Refuse(..)));
         assert_eq!(code(verdict, ApiKey::SaslAuthenticate, 2), SASL_AUTHENTICATION_FAILED);
         assert_eq!(refused.principal(), "User:ANONYMOUS");
 
-        let mut open = Auth::new(None);
+        let mut open = Auth::new(None, None);
         assert!(matches!(open.check(&metadata), Verdict::Serve));
         assert_eq!(code(open.check(&handshake("PLAIN")), ApiKey::SaslHandshake, 1), ILLEGAL_SASL_STATE);
+        assert_eq!(code(open.check(&handshake(BROKER_MECHANISM)), ApiKey::SaslHandshake, 1), ILLEGAL_SASL_STATE);
+    }
+
+    /// The answer's auth bytes (KAAS-BROKER's nonce).
+    fn auth_bytes(verdict: Verdict) -> Bytes {
+        let Verdict::Answer(Response::Frame(mut body)) = verdict else { panic!("no answer") };
+        ResponseHeader::decode(&mut body, ApiKey::SaslAuthenticate.response_header_version(2)).unwrap();
+        SaslAuthenticateResponse::decode(&mut body, 2).unwrap().auth_bytes
+    }
+
+    #[test]
+    fn a_broker_proves_itself_on_the_inter_broker_listener_only() {
+        use kaas_core::cluster::broker_auth::BrokerSecret;
+        let dir = std::env::temp_dir().join("kaas-sasl-broker-test");
+        let env = kaas_core::env::real::RealEnv::new(dir);
+        let secret = Arc::new(BrokerSecret::new([3; 32]));
+        let peers = || -> Option<Arc<dyn Mechanisms>> {
+            Some(Arc::new(crate::broker_auth::BrokerMechanism { env: env.clone(), secret: secret.clone() }))
+        };
+        let mut auth = Auth::new(None, peers());
+        assert_eq!(code(auth.check(&handshake(BROKER_MECHANISM)), ApiKey::SaslHandshake, 1), 0);
+        let nonce = auth_bytes(auth.check(&authenticate("2")));
+        assert_eq!(nonce.len(), 32, "a fresh nonce");
+        assert_eq!(code(auth.check(&authenticate(secret.proof(2, &nonce))), ApiKey::SaslAuthenticate, 2), 0);
+        assert!(auth.is_broker());
+        assert_eq!(auth.principal(), "User:kaas-broker-2");
+
+        // Another cluster's broker, or an answer recorded against another nonce: refused.
+        let mut other = Auth::new(None, peers());
+        other.check(&handshake(BROKER_MECHANISM));
+        let fresh = auth_bytes(other.check(&authenticate("2")));
+        assert_ne!(fresh, nonce);
+        let verdict = other.check(&authenticate(secret.proof(2, &nonce)));
+        assert_eq!(code(verdict, ApiKey::SaslAuthenticate, 2), SASL_AUTHENTICATION_FAILED);
+        assert!(!other.is_broker());
+
+        // A plain client on the inter-broker listener is served as before, and is no broker.
+        let mut client = Auth::new(None, peers());
+        let metadata = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+        assert!(matches!(client.check(&metadata), Verdict::Serve));
+        assert!(!client.is_broker());
+        // A SASL listener does not offer KAAS-BROKER.
+        let mut sasl = Auth::new(Some(Arc::new(Fake)), None);
+        let refused = sasl.check(&handshake(BROKER_MECHANISM));
+        assert_eq!(code(refused, ApiKey::SaslHandshake, 1), UNSUPPORTED_SASL_MECHANISM);
     }
 }

@@ -83,7 +83,13 @@ impl<E: Env> Server<E> {
     pub async fn run(self, mut shutdown: ShutdownSignal) {
         if let Some(calls) = self.peers.then(|| self.broker.peers.attach()).flatten() {
             let env = self.broker.env.clone();
-            let peers = crate::peers::serve(env, self.broker.config.broker_id, calls, shutdown.clone());
+            let peers = crate::peers::serve(
+                env,
+                self.broker.config.broker_id,
+                self.broker.broker_secret.clone(),
+                calls,
+                shutdown.clone(),
+            );
             self.broker.env.spawner().spawn("peers", peers);
         }
         let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));

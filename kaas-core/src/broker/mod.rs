@@ -19,6 +19,7 @@ use crate::participant::Participant;
 use crate::txn::markers;
 use crate::txn::peers::Markers;
 
+mod acls;
 mod dead_letter;
 pub mod scram;
 mod share;
@@ -41,6 +42,8 @@ pub struct Broker<E: Env> {
     pub membership: MembershipHandle,
     /// Calls to peer brokers, sent by the wire client a server attaches.
     pub peers: PeersHandle,
+    /// What this broker proves itself to peers with, and checks peers by.
+    pub broker_secret: Arc<crate::cluster::broker_auth::BrokerSecret>,
     /// Share sessions (KIP-932), per (group, member), each tied to the connection that opened it.
     share_sessions: share::ShareSessionsHandle,
     /// Connections accepted so far: each is numbered, for its share sessions.
@@ -53,6 +56,7 @@ impl<E: Env> Broker<E> {
     /// Recovers every partition and the committed offsets from the volume and starts the actors.
     pub async fn start(env: E, config: BrokerConfig) -> CoreResult<Self> {
         let config = Arc::new(config);
+        let broker_secret = Arc::new(crate::cluster::broker_auth::BrokerSecret::load_or_create(&env).await?);
         let membership = membership::start(&env, config.clone()).await?;
         let (dead_letters, letters) = tokio::sync::mpsc::unbounded_channel();
         let topics = topics::start(&env, config.clone(), membership.clone(), dead_letters).await?;
@@ -88,6 +92,7 @@ impl<E: Env> Broker<E> {
             txn,
             membership,
             peers,
+            broker_secret,
             share_sessions: Default::default(),
             connections: Default::default(),
             _marker_watcher,

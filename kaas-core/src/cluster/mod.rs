@@ -12,7 +12,9 @@
 //!
 //! The names of owned things (`partition_key`, `group_key`, `txn_slot_key`) are here too.
 
+pub mod acls;
 pub mod assignments;
+pub mod broker_auth;
 pub mod claims;
 pub mod group_configs;
 pub mod lease;

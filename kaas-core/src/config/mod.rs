@@ -25,6 +25,9 @@ pub struct BrokerConfig {
     /// How late a failed SASL authentication is answered before its connection closes
     /// (`connection.failed.authentication.delay.ms`), so that guessing is slow.
     pub connection_failed_authentication_delay_ms: u64,
+    /// ACLs (`authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`).
+    pub authorizer: crate::acl::authorizer::AuthorizerSettings,
+    pub authorizer_class_name: String,
     pub advertised_host: String,
     pub advertised_port: i32,
     pub cluster_id: String,
@@ -137,6 +140,8 @@ impl Default for BrokerConfig {
             }],
             inter_broker_listener_name: "PLAINTEXT".into(),
             connection_failed_authentication_delay_ms: 100,
+            authorizer: Default::default(),
+            authorizer_class_name: String::new(),
             ssl: listeners::SslSettings {
                 keystore_type: "PEM".into(),
                 truststore_type: "PEM".into(),
@@ -489,6 +494,8 @@ mod tests {
                 // One of its names.
                 _ if s.name == "group.consumer.migration.policy" => "downgrade".to_string(),
                 _ if s.name == "ssl.client.auth" => "required".to_string(),
+                _ if s.name == "authorizer.class.name" => settings::AUTHORIZERS[0].to_string(),
+                _ if s.name == "super.users" => "User:admin;User:ops".to_string(),
                 v if v.parse::<i64>().is_ok() => "7".to_string(),
                 _ => "other".to_string(),
             };

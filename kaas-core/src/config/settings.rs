@@ -77,6 +77,10 @@ macro_rules! ssl_text {
 
 use Change::{Dynamic, Flag, Static};
 
+/// The authorizer class names kaas answers to: Apache's KRaft one, and ZooKeeper-era one.
+pub const AUTHORIZERS: &[&str] =
+    &["org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer"];
+
 pub const SETTINGS: &[Setting] = &[
     field!(
         "broker.id",
@@ -141,6 +145,48 @@ pub const SETTINGS: &[Setting] = &[
         Static,
         "How late a failed SASL authentication is answered before its connection closes, so that guessing is slow."
     ),
+    Setting {
+        name: "authorizer.class.name",
+        change: Static,
+        doc: "Set to Apache's `org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or `kafka.security.authorizer.AclAuthorizer`) to put ACLs in force: kaas's authorizer decides as StandardAuthorizer does, with the ACLs kept on the volume. Empty: no authorizer, every request allowed.",
+        set: Some(|c, v| {
+            let v = v.trim();
+            if !v.is_empty() && !AUTHORIZERS.contains(&v) {
+                return Err(format!(
+                    "authorizer.class.name {v:?}: kaas's authorizer is StandardAuthorizer's model; set {} (or leave it empty)",
+                    AUTHORIZERS[0]
+                ));
+            }
+            c.authorizer.enabled = !v.is_empty();
+            c.authorizer_class_name = v.to_string();
+            Ok(())
+        }),
+        get: |c| c.authorizer_class_name.clone(),
+    },
+    Setting {
+        name: "super.users",
+        change: Static,
+        doc: "Principals allowed everything whatever the ACLs say, separated by semicolons (`User:admin;User:kaas`).",
+        set: Some(|c, v| {
+            let users = crate::acl::authorizer::AuthorizerSettings::parse_super_users(v);
+            if let Some(bad) = users.iter().find(|u| !u.contains(':')) {
+                return Err(format!("super.users: {bad:?} is no principal (TYPE:NAME)"));
+            }
+            c.authorizer.super_users = users;
+            Ok(())
+        }),
+        get: |c| c.authorizer.super_users.iter().cloned().collect::<Vec<_>>().join(";"),
+    },
+    Setting {
+        name: "allow.everyone.if.no.acl.found",
+        change: Static,
+        doc: "Whether a resource no ACL covers is open to every principal (Apache's default: false, closed).",
+        set: Some(|c, v| {
+            c.authorizer.allow_everyone_if_no_acl_found = parse("allow.everyone.if.no.acl.found", v)?;
+            Ok(())
+        }),
+        get: |c| c.authorizer.allow_everyone_if_no_acl_found.to_string(),
+    },
     ssl_text!(
         "ssl.keystore.type",
         keystore_type,

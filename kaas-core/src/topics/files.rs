@@ -56,6 +56,8 @@ impl<E: Env> TopicManager<E> {
         let volume = self.env.volume().clone();
         self.load_broker_configs().await?;
         self.load_group_configs().await?;
+        // An unreadable binding is reported and fails closed; it does not stop the start.
+        self.rescan_acls().await;
         volume.create_dir_all(TOPICS_DIR).await.map_err(storage)?;
         // As a rescan does before serving a peer's new topic (`durable_topics_dir`).
         volume.sync_dir(TOPICS_DIR).await.map_err(storage)?;
@@ -87,6 +89,7 @@ impl<E: Env> TopicManager<E> {
         self.rescans.fetch_add(1, Ordering::AcqRel);
         let mut changed = self.rescan_broker_configs().await;
         changed |= self.rescan_group_configs().await;
+        changed |= self.rescan_acls().await;
         let listed = match self.env.volume().list(TOPICS_DIR).await {
             Ok(names) => names,
             Err(e) => {

@@ -25,6 +25,7 @@ use crate::env::{Clock, Env, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::partition::PartitionHandle;
 
+mod acls;
 mod broker_configs;
 mod files;
 mod group_configs;
@@ -86,6 +87,8 @@ pub struct MetadataSnapshot {
     pub group_configs: Arc<GroupConfigs>,
     /// The broker configuration in force: static settings with the dynamic overrides applied.
     pub effective: Arc<BrokerConfig>,
+    /// The ACL bindings in force, as last read from the volume.
+    pub acls: Arc<crate::acl::authorizer::AclSet>,
 }
 
 impl MetadataSnapshot {
@@ -166,6 +169,8 @@ enum Command {
     RefreshAll(u64, oneshot::Sender<()>),
     /// The group configs as the volume has them now (a share session opening).
     RefreshGroupConfigs(oneshot::Sender<()>),
+    CreateAcls(Vec<crate::acl::AclBinding>, oneshot::Sender<Vec<CoreResult<()>>>),
+    DeleteAcls(Vec<crate::acl::AclFilter>, oneshot::Sender<Vec<CoreResult<Vec<crate::acl::AclBinding>>>>),
 }
 
 #[derive(Clone)]
@@ -306,6 +311,19 @@ impl TopicsHandle {
         self.ask(Command::RefreshGroupConfigs).await;
     }
 
+    /// CreateAcls: per binding, written or why not.
+    pub async fn create_acls(&self, bindings: Vec<crate::acl::AclBinding>) -> CoreResult<Vec<CoreResult<()>>> {
+        self.ask(|reply| Command::CreateAcls(bindings, reply)).await.ok_or(CoreError::CoordinatorNotAvailable)
+    }
+
+    /// DeleteAcls: per filter, the bindings deleted or why not.
+    pub async fn delete_acls(
+        &self,
+        filters: Vec<crate::acl::AclFilter>,
+    ) -> CoreResult<Vec<CoreResult<Vec<crate::acl::AclBinding>>>> {
+        self.ask(|reply| Command::DeleteAcls(filters, reply)).await.ok_or(CoreError::CoordinatorNotAvailable)
+    }
+
     /// Records fences for every partition this broker starts from now on too: a partition
     /// of a topic this broker learns of later must refuse a producer's fenced epochs as well.
     pub async fn fence(&self, epochs: Arc<BTreeMap<i64, i16>>) {
@@ -331,6 +349,9 @@ pub(super) struct TopicManager<E: Env> {
     broker_overrides: BTreeMap<String, String>,
     effective: Arc<BrokerConfig>,
     group_configs: Arc<GroupConfigs>,
+    /// The ACL binding files read, and the set they make.
+    acl_files: crate::cluster::acls::AclFiles,
+    acls: Arc<crate::acl::authorizer::AclSet>,
     topics: BTreeMap<String, Arc<TopicState>>,
     snapshot: watch::Sender<Arc<MetadataSnapshot>>,
     data_version: watch::Sender<u64>,
@@ -362,6 +383,7 @@ pub async fn start<E: Env>(
         broker_overrides: BTreeMap::new(),
         group_configs: Arc::new(GroupConfigs::new()),
         effective: config.clone(),
+        acls: Arc::default(),
     };
     let (snapshot, snapshot_rx) = watch::channel(Arc::new(empty));
     let (data_version, data_version_rx) = watch::channel(0u64);
@@ -371,6 +393,8 @@ pub async fn start<E: Env>(
         config,
         broker_overrides: BTreeMap::new(),
         group_configs: Arc::new(GroupConfigs::new()),
+        acl_files: Default::default(),
+        acls: Arc::default(),
         topics: BTreeMap::new(),
         snapshot,
         data_version,
@@ -416,6 +440,7 @@ impl<E: Env> TopicManager<E> {
             broker_overrides: self.broker_overrides.clone(),
             group_configs: self.group_configs.clone(),
             effective: self.effective.clone(),
+            acls: self.acls.clone(),
         }));
     }
 
@@ -480,6 +505,12 @@ impl<E: Env> TopicManager<E> {
                         self.catch_up().await;
                     }
                     let _ = reply.send(());
+                }
+                Some(Command::CreateAcls(bindings, reply)) => {
+                    let _ = reply.send(self.create_acls(bindings).await);
+                }
+                Some(Command::DeleteAcls(filters, reply)) => {
+                    let _ = reply.send(self.delete_acls(filters).await);
                 }
                 Some(Command::RefreshGroupConfigs(reply)) => {
                     if self.rescan_group_configs().await {

@@ -33,11 +33,6 @@ pub fn client_id(broker_id: i32) -> String {
     format!("{CLIENT_ID_PREFIX}{broker_id}")
 }
 
-/// Whether a request's client id is a peer broker's.
-pub fn is_peer_client(client_id: Option<&str>) -> bool {
-    client_id.and_then(|id| id.strip_prefix(CLIENT_ID_PREFIX)).is_some_and(|n| n.parse::<i32>().is_ok())
-}
-
 /// The markers of one transaction that one peer owes: for its partitions and its groups.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Markers {

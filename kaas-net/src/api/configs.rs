@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use kaas_core::BrokerConfig;
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::config::{broker_name_of, settings};
 use kaas_core::env::Env;
 use kaas_core::topics::{ConfigOp, MetadataSnapshot};
@@ -195,12 +196,24 @@ fn check_broker_name<E: Env>(ctx: &Context<E>, name: &str) -> CoreResult<()> {
     }
 }
 
+/// Whether the client may `operation` (DESCRIBE_CONFIGS or ALTER_CONFIGS) the resource, and
+/// the error Apache answers when not: a topic's, a group's, or the cluster's for a broker.
+fn config_gate<E: Env>(ctx: &Context<E>, operation: Operation, resource_type: i8, name: &str) -> CoreResult<()> {
+    let (resource, refused) = match resource_type {
+        TOPIC => (Resource::topic(name), CoreError::TopicAuthorizationFailed),
+        GROUP => (Resource::group(name), CoreError::GroupAuthorizationFailed),
+        _ => (Resource::cluster(), CoreError::ClusterAuthorizationFailed),
+    };
+    if ctx.authorized(operation, resource) { Ok(()) } else { Err(refused) }
+}
+
 fn describe_one<E: Env>(
     ctx: &Context<E>,
     snapshot: &MetadataSnapshot,
     r: &DescribeConfigsResource,
 ) -> CoreResult<DescribedConfigs> {
     let statics = &ctx.broker.config;
+    config_gate(ctx, Operation::DescribeConfigs, r.resource_type, r.resource_name.as_str())?;
     match r.resource_type {
         TOPIC => topic_configs(snapshot, statics, r.resource_name.as_str()),
         BROKER => check_broker_name(ctx, r.resource_name.as_str()).map(|_| broker_configs(snapshot, statics)),
@@ -251,6 +264,7 @@ async fn alter<E: Env>(
 ) -> (i16, Option<String>) {
     let topics = &ctx.broker.topics;
     let outcome = match (resource_type, ops) {
+        _ if let Err(refused) = config_gate(ctx, Operation::AlterConfigs, resource_type, name) => Err(refused),
         (_, Err(e)) => Err(e),
         (TOPIC, Ok(ops)) => topics.alter_configs(name.to_string(), ops, validate_only).await,
         (BROKER, Ok(ops)) => match check_broker_name(ctx, name) {

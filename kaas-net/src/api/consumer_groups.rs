@@ -2,6 +2,7 @@
 //! ConsumerGroupDescribe (v0-v1). Each decodes, asks the group coordinator (whose consumer
 //! groups are `kaas_core::group::consumer`), and encodes. Assignments name topics by id.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
 use kaas_core::group::assignor::Assignment;
 use kaas_core::group::consumer::Heartbeat;
@@ -28,6 +29,10 @@ pub async fn heartbeat<E: Env>(
     header: &RequestHeader,
     request: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
+    if !ctx.authorized(Operation::Read, Resource::group(&request.group_id.0)) {
+        return ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let interval = ctx.broker.config.group_consumer_heartbeat_interval_ms;
     if request.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
         // Regular expressions are resolved by the broker from v1; not yet here.
@@ -107,6 +112,10 @@ pub async fn describe<E: Env>(
     let mut groups = Vec::new();
     for group_id in &request.group_ids {
         let described = DescribedGroup::default().with_group_id(group_id.clone());
+        if !ctx.authorized(Operation::Describe, Resource::group(&group_id.0)) {
+            groups.push(described.with_error_code(ResponseError::GroupAuthorizationFailed.code()));
+            continue;
+        }
         let group = match ctx.broker.groups.consumer_describe(group_id.0.to_string()).await {
             Err(e) => {
                 groups.push(described.with_error_code(error::code(&e)));

@@ -1,5 +1,6 @@
 //! CreatePartitions (v0-v3): grows a topic's partition count.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse, RequestHeader};
@@ -15,7 +16,10 @@ pub async fn handle<E: Env>(
 ) -> CreatePartitionsResponse {
     let mut results = Vec::new();
     for t in request.topics {
-        let outcome = ctx.broker.topics.create_partitions(t.name.0.to_string(), t.count, request.validate_only).await;
+        let outcome = match ctx.authorized(Operation::Alter, Resource::topic(&t.name.0)) {
+            true => ctx.broker.topics.create_partitions(t.name.0.to_string(), t.count, request.validate_only).await,
+            false => Err(kaas_core::CoreError::TopicAuthorizationFailed),
+        };
         let result = CreatePartitionsTopicResult::default().with_name(t.name);
         results.push(match outcome {
             Ok(()) => result,

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use kaas_core::CoreError;
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
 use kaas_core::topics::CreateTopic;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -36,9 +38,16 @@ pub async fn handle<E: Env>(
         } else {
             t.replication_factor
         };
+        // CREATE on the cluster or on the topic, as Apache checks.
+        let may_create = ctx.authorized(Operation::Create, Resource::cluster())
+            || ctx.authorized(Operation::Create, Resource::topic(&name));
         let create =
             CreateTopic { name, partitions, replication_factor, configs, validate_only: request.validate_only };
-        let result = match ctx.broker.topics.create(create).await {
+        let created = match may_create {
+            true => ctx.broker.topics.create(create).await,
+            false => Err(CoreError::TopicAuthorizationFailed),
+        };
+        let result = match created {
             Ok(meta) => CreatableTopicResult::default()
                 .with_name(t.name)
                 .with_topic_id(uuid(meta.topic_id))

@@ -1,5 +1,6 @@
 //! DeleteRecords (v0-v2): moves a partition's log start offset forward.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
@@ -20,6 +21,9 @@ pub async fn handle<E: Env>(
         for p in t.partitions {
             let result = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
             let result = match snapshot.partition(&t.name.0, p.partition_index) {
+                _ if !ctx.authorized(Operation::Delete, Resource::topic(&t.name.0)) => {
+                    result.with_low_watermark(-1).with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                }
                 None => result.with_low_watermark(-1).with_error_code(ResponseError::UnknownTopicOrPartition.code()),
                 Some(partition) => match partition.delete_records(p.offset).await {
                     Ok(low) => result.with_low_watermark(low),

@@ -1,5 +1,6 @@
 //! DeleteTopics (v1-v6), by name or (v6) by topic id.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -36,6 +37,17 @@ pub async fn handle<E: Env>(
             continue;
         };
         let result = DeletableTopicResult::default().with_name(Some(topic(&name)));
+        // DELETE on the topic; one named by id that the client may not DESCRIBE is one it
+        // cannot tell exists, as Apache answers.
+        if !ctx.authorized(Operation::Delete, Resource::topic(&name)) {
+            let code =
+                match header.request_api_version >= 6 && !ctx.authorized(Operation::Describe, Resource::topic(&name)) {
+                    true if id != [0; 16] => ResponseError::UnknownTopicId.code(),
+                    _ => ResponseError::TopicAuthorizationFailed.code(),
+                };
+            responses.push(result.with_topic_id(uuid(id)).with_error_code(code));
+            continue;
+        }
         responses.push(match ctx.broker.topics.delete(name).await {
             Ok(topic_id) => result.with_topic_id(uuid(topic_id)),
             Err(e) => result

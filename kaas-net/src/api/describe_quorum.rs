@@ -8,7 +8,9 @@
 //!   MaxFollowerLagTimeMs, and `--replication` each broker's;
 //! - there are no observers.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::{Clock, Env};
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
 use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse, RequestHeader};
 
@@ -23,6 +25,9 @@ pub async fn handle<E: Env>(
     _header: &RequestHeader,
     _request: DescribeQuorumRequest,
 ) -> DescribeQuorumResponse {
+    if !ctx.authorized(Operation::Describe, Resource::cluster()) {
+        return DescribeQuorumResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let broker = &ctx.broker;
     let view = broker.membership.view();
     let (now, now_ms) = (broker.env.clock().monotonic(), broker.env.clock().now_ms());

@@ -17,8 +17,9 @@ use kafka_protocol::messages::{
 };
 
 use super::metadata::{Replicas, leader_of, replicas_of};
-use super::{TOPIC_AUTHORIZED_OPERATIONS, topic, uuid};
+use super::{topic, uuid};
 use crate::connection::Context;
+use kaas_core::acl::{Operation, Resource};
 
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
@@ -52,6 +53,9 @@ pub async fn handle<E: Env>(
     let view = broker.membership.view();
     let mut names: Vec<String> = if every_topic { snapshot.topics.keys().cloned().collect() } else { requested };
     names.retain(|name| *name >= cursor_topic);
+    // Only the topics the client may DESCRIBE: the others are left out of a listing of every
+    // topic and answered TOPIC_AUTHORIZATION_FAILED where named.
+    let describable = |name: &str| ctx.authorized(Operation::Describe, Resource::topic(name));
     names.sort();
     names.dedup();
 
@@ -64,6 +68,15 @@ pub async fn handle<E: Env>(
             // The previous topic ended the page exactly: the next one starts the next page.
             next_cursor = Some(Cursor::default().with_topic_name(topic(&name)).with_partition_index(0));
             break;
+        }
+        if !describable(&name) {
+            if !every_topic {
+                let code = ResponseError::TopicAuthorizationFailed.code();
+                topics.push(
+                    DescribeTopicPartitionsResponseTopic::default().with_name(Some(topic(&name))).with_error_code(code),
+                );
+            }
+            continue;
         }
         let Some(state) = snapshot.topics.get(&name) else {
             if !every_topic {
@@ -106,7 +119,7 @@ pub async fn handle<E: Env>(
                 .with_topic_id(uuid(state.meta.topic_id))
                 .with_is_internal(false)
                 .with_partitions(partitions)
-                .with_topic_authorized_operations(TOPIC_AUTHORIZED_OPERATIONS),
+                .with_topic_authorized_operations(super::topic_authorized_operations(ctx, &name)),
         );
         if end < state.meta.partitions {
             next_cursor = Some(Cursor::default().with_topic_name(topic(&name)).with_partition_index(end));

@@ -6,6 +6,7 @@
 //! ELIGIBLE_LEADERS_NOT_AVAILABLE (unclean), and the move settles by itself. Asked for every
 //! partition, Apache answers only those that needed an election: none here.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::cluster::partition_key;
 use kaas_core::env::Env;
 use kafka_protocol::ResponseError;
@@ -23,6 +24,9 @@ pub async fn elect<E: Env>(
     _header: &RequestHeader,
     request: ElectLeadersRequest,
 ) -> ElectLeadersResponse {
+    if !ctx.authorized(Operation::Alter, Resource::cluster()) {
+        return ElectLeadersResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let Some(wanted) = request.topic_partitions else {
         return ElectLeadersResponse::default();
     };

@@ -19,6 +19,8 @@ use tokio::time::Duration;
 use super::{encode, topic};
 use crate::connection::{Answer, Context};
 use crate::error;
+use kaas_core::acl::{Operation, Resource};
+use std::collections::BTreeSet;
 
 /// The longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_MS_MAX: i32 = 60_000;
@@ -28,6 +30,23 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
     let topics = ctx.broker.topics.clone();
     let clock = ctx.broker.env.clock().clone();
     let broker = ctx.broker.clone();
+    // READ on each topic, as Apache checks it; a refused topic's partitions answer
+    // TOPIC_AUTHORIZATION_FAILED and nothing of them is read.
+    let denied: BTreeSet<String> = match ctx.broker.authorizer_enabled() {
+        false => BTreeSet::new(),
+        true => {
+            let snapshot = ctx.broker.topics.snapshot();
+            request
+                .topics
+                .iter()
+                .filter_map(|t| match header.request_api_version >= 13 {
+                    true => snapshot.names_by_id.get(t.topic_id.as_bytes()).cloned(),
+                    false => Some(t.topic.0.to_string()),
+                })
+                .filter(|name| !ctx.authorized(Operation::Read, Resource::topic(name)))
+                .collect()
+        }
+    };
     Answer::Later(Box::pin(async move {
         if request.session_id != 0 || request.session_epoch > 0 {
             let response = FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
@@ -46,7 +65,7 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
         loop {
             data_version.borrow_and_update();
             let (response, bytes) =
-                read_once(&topics.snapshot(), &request, header.request_api_version, broker.owns_now()).await;
+                read_once(&topics.snapshot(), &request, header.request_api_version, broker.owns_now(), &denied).await;
             let waited_enough = clock.monotonic() >= deadline;
             if bytes >= request.min_bytes.max(0) as usize || waited_enough || bytes > 0 && request.min_bytes <= 1 {
                 return encode(ApiKey::Fetch, &header, &response);
@@ -68,6 +87,7 @@ async fn read_once(
     request: &FetchRequest,
     version: i16,
     lease_valid: bool,
+    denied: &BTreeSet<String>,
 ) -> (FetchResponse, usize) {
     let mut remaining = request.max_bytes.max(0) as usize;
     let read_committed = request.isolation_level == 1 && !kaas_core::mutant!(FetchIgnoresIsolation);
@@ -94,6 +114,10 @@ async fn read_once(
                 partitions.push(data.with_error_code(ResponseError::UnknownTopicId.code()));
                 continue;
             };
+            if denied.contains(name) {
+                partitions.push(data.with_error_code(ResponseError::TopicAuthorizationFailed.code()));
+                continue;
+            }
             let Some(partition) = snapshot.partition(name, p.partition) else {
                 partitions.push(data.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
                 continue;

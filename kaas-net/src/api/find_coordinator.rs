@@ -12,6 +12,8 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use super::text;
 use crate::connection::Context;
 
+use kaas_core::acl::{Operation, Resource};
+
 const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
@@ -29,6 +31,17 @@ fn coordinator_of(view: &ClusterView, listener: &str, key_type: i8, key: &str) -
     }
 }
 
+/// DESCRIBE on the group or the transactional id, as Apache checks it before it tells where
+/// the coordinator is.
+fn refused<E: Env>(ctx: &Context<E>, key_type: i8, key: &str) -> Option<i16> {
+    let (resource, code) = match key_type {
+        GROUP => (Resource::group(key), ResponseError::GroupAuthorizationFailed.code()),
+        TRANSACTION => (Resource::transactional_id(key), ResponseError::TransactionalIdAuthorizationFailed.code()),
+        _ => return None,
+    };
+    (!ctx.authorized(Operation::Describe, resource)).then_some(code)
+}
+
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
@@ -40,7 +53,10 @@ pub async fn handle<E: Env>(
             .coordinator_keys
             .into_iter()
             .map(|key| {
-                let (error_code, node_id, host, port) = coordinator_of(&view, &ctx.listener, request.key_type, &key);
+                let (error_code, node_id, host, port) = match refused(ctx, request.key_type, &key) {
+                    Some(code) => (code, -1, String::new(), -1),
+                    None => coordinator_of(&view, &ctx.listener, request.key_type, &key),
+                };
                 Coordinator::default()
                     .with_key(key)
                     .with_node_id(BrokerId(node_id))
@@ -51,7 +67,10 @@ pub async fn handle<E: Env>(
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    let (error_code, node_id, host, port) = coordinator_of(&view, &ctx.listener, request.key_type, &request.key);
+    let (error_code, node_id, host, port) = match refused(ctx, request.key_type, &request.key) {
+        Some(code) => (code, -1, String::new(), -1),
+        None => coordinator_of(&view, &ctx.listener, request.key_type, &request.key),
+    };
     FindCoordinatorResponse::default()
         .with_error_code(error_code)
         .with_node_id(BrokerId(node_id))

@@ -5,6 +5,7 @@
 //! answer later and do not hold up the connection's other requests.
 
 use kaas_core::CoreError;
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
 use kaas_core::group::JoinRequest;
 use kafka_protocol::ResponseError;
@@ -30,7 +31,19 @@ pub(super) fn host_of(peer: &str) -> String {
     }
 }
 
+/// Whether the client may take part in the group (READ), as JoinGroup, SyncGroup, Heartbeat,
+/// LeaveGroup and OffsetCommit require.
+pub fn may_read_group<E: Env>(ctx: &Context<E>, group_id: &str) -> bool {
+    ctx.authorized(Operation::Read, Resource::group(group_id))
+}
+
 pub fn join<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: JoinGroupRequest) -> Answer {
+    if !may_read_group(ctx, &request.group_id.0) {
+        let refused = JoinGroupResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+            .with_member_id(request.member_id);
+        return Answer::Now(encode(ApiKey::JoinGroup, header, &refused));
+    }
     let version = header.request_api_version;
     let groups = ctx.broker.groups.clone();
     let rebalance_timeout_ms = if version == 0 { request.session_timeout_ms } else { request.rebalance_timeout_ms };
@@ -92,6 +105,10 @@ pub fn join<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: JoinGroup
 }
 
 pub fn sync<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: SyncGroupRequest) -> Answer {
+    if !may_read_group(ctx, &request.group_id.0) {
+        let refused = SyncGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        return Answer::Now(encode(ApiKey::SyncGroup, header, &refused));
+    }
     let version = header.request_api_version;
     let groups = ctx.broker.groups.clone();
     let header = header.clone();
@@ -134,6 +151,9 @@ pub async fn heartbeat<E: Env>(
     _header: &RequestHeader,
     request: HeartbeatRequest,
 ) -> HeartbeatResponse {
+    if !may_read_group(ctx, &request.group_id.0) {
+        return HeartbeatResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let result = ctx
         .broker
         .groups
@@ -148,6 +168,9 @@ pub async fn heartbeat<E: Env>(
 }
 
 pub async fn leave<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: LeaveGroupRequest) -> LeaveGroupResponse {
+    if !may_read_group(ctx, &request.group_id.0) {
+        return LeaveGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let batched = header.request_api_version >= 3;
     let members: Vec<(String, Option<String>)> = if batched {
         request
@@ -183,8 +206,18 @@ pub async fn describe<E: Env>(
     request: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
     let version = header.request_api_version;
+    // Groups the client may not DESCRIBE are answered GROUP_AUTHORIZATION_FAILED, unasked.
+    let (allowed, refused): (Vec<GroupId>, Vec<GroupId>) =
+        request.groups.iter().cloned().partition(|g| ctx.authorized(Operation::Describe, Resource::group(g)));
+    let refused: Vec<DescribedGroup> = refused
+        .into_iter()
+        .map(|g| {
+            DescribedGroup::default().with_group_id(g).with_error_code(ResponseError::GroupAuthorizationFailed.code())
+        })
+        .collect();
+    let request = request.with_groups(allowed);
     let ids = request.groups.iter().map(|g| g.0.to_string()).collect();
-    let groups = match ctx.broker.groups.describe(ids).await {
+    let groups: Vec<DescribedGroup> = match ctx.broker.groups.describe(ids).await {
         Ok(descriptions) => descriptions
             .into_iter()
             .map(|d| {
@@ -226,7 +259,7 @@ pub async fn describe<E: Env>(
             .map(|g| DescribedGroup::default().with_group_id(g).with_error_code(error::code(&e)))
             .collect(),
     };
-    DescribeGroupsResponse::default().with_groups(groups)
+    DescribeGroupsResponse::default().with_groups(groups.into_iter().chain(refused).collect())
 }
 
 pub async fn list<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: ListGroupsRequest) -> ListGroupsResponse {
@@ -237,8 +270,11 @@ pub async fn list<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: Lis
     };
     let states: Vec<String> = request.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let types: Vec<String> = request.types_filter.iter().map(|s| s.to_lowercase()).collect();
+    // DESCRIBE on the cluster lists every group; otherwise those the client may DESCRIBE.
+    let all = ctx.authorized(Operation::Describe, Resource::cluster());
     let groups = listing
         .into_iter()
+        .filter(|g| all || ctx.authorized(Operation::Describe, Resource::group(&g.group_id)))
         .filter(|g| states.is_empty() || states.contains(&g.state.to_lowercase()))
         .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {
@@ -257,8 +293,19 @@ pub async fn delete<E: Env>(
     _header: &RequestHeader,
     request: DeleteGroupsRequest,
 ) -> DeleteGroupsResponse {
+    let (allowed, refused): (Vec<GroupId>, Vec<GroupId>) =
+        request.groups_names.iter().cloned().partition(|g| ctx.authorized(Operation::Delete, Resource::group(g)));
+    let refused: Vec<DeletableGroupResult> = refused
+        .into_iter()
+        .map(|g| {
+            DeletableGroupResult::default()
+                .with_group_id(g)
+                .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+        })
+        .collect();
+    let request = request.with_groups_names(allowed);
     let ids = request.groups_names.iter().map(|g| g.0.to_string()).collect();
-    let results = match ctx.broker.groups.delete(ids).await {
+    let results: Vec<DeletableGroupResult> = match ctx.broker.groups.delete(ids).await {
         Ok(results) => results
             .into_iter()
             .map(|(id, r)| {
@@ -271,7 +318,7 @@ pub async fn delete<E: Env>(
             .map(|g| DeletableGroupResult::default().with_group_id(g).with_error_code(error::code(&e)))
             .collect(),
     };
-    DeleteGroupsResponse::default().with_results(results)
+    DeleteGroupsResponse::default().with_results(results.into_iter().chain(refused).collect())
 }
 
 /// OffsetDelete (v0): partitions that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION
@@ -284,9 +331,15 @@ pub async fn delete_offsets<E: Env>(
     request: OffsetDeleteRequest,
 ) -> OffsetDeleteResponse {
     use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+    // DELETE on the group, then READ on each topic, as Apache checks.
+    if !ctx.authorized(Operation::Delete, Resource::group(&request.group_id.0)) {
+        return OffsetDeleteResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
+    let readable = |t: &str| ctx.authorized(Operation::Read, Resource::topic(t));
     let wanted: Vec<(String, i32)> = request
         .topics
         .iter()
+        .filter(|t| readable(&t.name.0))
         .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), p.partition_index)))
         .collect();
     let unknown = super::unknown_partitions(ctx, wanted.clone()).await;
@@ -305,6 +358,7 @@ pub async fn delete_offsets<E: Env>(
                 .map(|p| {
                     let tp = (t.name.0.to_string(), p.partition_index);
                     let code = match results.iter().find(|(r, _)| *r == tp) {
+                        _ if !readable(&tp.0) => ResponseError::TopicAuthorizationFailed.code(),
                         Some((_, result)) => error::code_of(result),
                         None => ResponseError::UnknownTopicOrPartition.code(),
                     };

@@ -4,6 +4,7 @@
 //! read inside its batch as Apache reads it, with its own timestamp. With read_committed
 //! isolation (1) the readable end is the last stable offset, not the high watermark.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
 use kaas_core::partition::PartitionHandle;
 use kafka_protocol::ResponseError;
@@ -38,6 +39,10 @@ pub async fn handle<E: Env>(
                 .with_partition_index(p.partition_index)
                 .with_leader_epoch(leader_epoch);
             let response = match snapshot.partition(&t.name.0, p.partition_index) {
+                _ if !ctx.authorized(Operation::Describe, Resource::topic(&t.name.0)) => base
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    .with_timestamp(-1)
+                    .with_offset(-1),
                 None => base
                     .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                     .with_timestamp(-1)

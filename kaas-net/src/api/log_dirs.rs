@@ -6,6 +6,7 @@
 //! it does not host (REPLICA_NOT_AVAILABLE), and for a move to where the partition already is
 //! (nothing to do).
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::{Env, Volume};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::alter_replica_log_dirs_response::{
@@ -24,6 +25,10 @@ pub async fn describe<E: Env>(
     _header: &RequestHeader,
     request: DescribeLogDirsRequest,
 ) -> DescribeLogDirsResponse {
+    // DESCRIBE on the cluster; without it, v3+ says so and older versions get nothing.
+    if !ctx.authorized(Operation::Describe, Resource::cluster()) {
+        return DescribeLogDirsResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let broker = &ctx.broker;
     // null: every partition this broker hosts.
     let wanted: Option<Vec<(String, Vec<i32>)>> =

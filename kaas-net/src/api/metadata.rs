@@ -5,6 +5,7 @@
 //! elsewhere. The replica list is the reassignment's, else the owner alone whatever replication
 //! factor was asked for: the shared volume is the replica. The ISR is its live brokers.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::cluster::ClusterView;
 use kaas_core::env::Env;
 use kaas_core::topics::{MetadataSnapshot, TopicState};
@@ -30,19 +31,29 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
             Some(list.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), *t.topic_id.as_bytes())).collect())
         }
     };
-    // Auto-creation: v4+ says per request; older versions always allow it.
-    // v8+ may ask what the client may do to each topic: everything, with no authorizer.
-    let ops = if request.include_topic_authorized_operations { super::TOPIC_AUTHORIZED_OPERATIONS } else { i32::MIN };
+    // Auto-creation: v4+ says per request; older versions always allow it. It needs CREATE
+    // on the cluster or on the topic, as Apache checks.
+    // v8+ may ask what the client may do to each topic.
+    let ops = |name: &str| match request.include_topic_authorized_operations {
+        true => super::topic_authorized_operations(ctx, name),
+        false => i32::MIN,
+    };
     let allow_create = config.auto_create_topics_enable && (version < 4 || request.allow_auto_topic_creation);
+    let may_create = |name: &str| {
+        ctx.authorized(Operation::Create, Resource::cluster())
+            || ctx.authorized(Operation::Create, Resource::topic(name))
+    };
+    let describable = |name: &str| ctx.authorized(Operation::Describe, Resource::topic(name));
     let mut topics = Vec::new();
     let view = broker.membership.view();
     match requested {
         None => {
-            // Listing every topic is an admin read: a peer's CreateTopics shows at once.
+            // Listing every topic is an admin read: a peer's CreateTopics shows at once. Only
+            // the topics the client may describe are listed.
             broker.topics.refresh_all().await;
             let snapshot = broker.topics.snapshot();
-            for state in snapshot.topics.values() {
-                topics.push(describe_topic(state, &view, ops));
+            for state in snapshot.topics.values().filter(|t| describable(&t.meta.name)) {
+                topics.push(describe_topic(state, &view, ops(&state.meta.name)));
             }
         }
         Some(list) => {
@@ -52,20 +63,30 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
                 let name = match name {
                     Some(name) => name,
                     None => match broker.topics.snapshot().names_by_id.get(&id) {
-                        Some(name) => name.clone(),
-                        None => {
+                        Some(name) if describable(name) => name.clone(),
+                        // An id the client may not describe is one it cannot tell exists.
+                        _ => {
                             topics.push(missing(None, id, ResponseError::UnknownTopicId.code()));
                             continue;
                         }
                     },
                 };
+                if !describable(&name) {
+                    topics.push(missing(Some(&name), [0; 16], ResponseError::TopicAuthorizationFailed.code()));
+                    continue;
+                }
+                let exists = broker.topics.snapshot().topics.contains_key(&name);
+                if allow_create && !exists && !may_create(&name) {
+                    topics.push(missing(Some(&name), [0; 16], ResponseError::TopicAuthorizationFailed.code()));
+                    continue;
+                }
                 if allow_create && let Err(e) = broker.topics.ensure(&name).await {
                     topics.push(missing(Some(&name), [0; 16], error::code(&e)));
                     continue;
                 }
                 let snapshot: std::sync::Arc<MetadataSnapshot> = broker.topics.snapshot();
                 match snapshot.topics.get(&name) {
-                    Some(state) => topics.push(describe_topic(state, &view, ops)),
+                    Some(state) => topics.push(describe_topic(state, &view, ops(&name))),
                     None => topics.push(missing(Some(&name), [0; 16], ResponseError::UnknownTopicOrPartition.code())),
                 }
             }

@@ -113,6 +113,19 @@ pub const FORGET_SHARE_PARTITION: i64 = -1;
 /// CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS), one bit per ACL code.
 pub const TOPIC_AUTHORIZED_OPERATIONS: i32 = 1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 10 | 1 << 11;
 
+/// What the client may do to a topic, one bit per ACL code, as the authorizer decides.
+pub fn topic_authorized_operations<E: Env>(ctx: &Context<E>, name: &str) -> i32 {
+    use kaas_core::acl::{Operation, Resource};
+    if !ctx.broker.authorizer_enabled() {
+        return TOPIC_AUTHORIZED_OPERATIONS;
+    }
+    Operation::ALL
+        .iter()
+        .filter(|op| TOPIC_AUTHORIZED_OPERATIONS & (1 << op.code()) != 0)
+        .filter(|op| ctx.authorized(**op, Resource::topic(name)))
+        .fold(0, |bits, op| bits | 1 << op.code())
+}
+
 /// Versions of Produce that are advertised but answered with UNSUPPORTED_VERSION.
 const PRODUCE_REFUSED_MAX: i16 = 2;
 

@@ -3,6 +3,7 @@
 //! on the log (kafka-python stops fetching a partition it cannot check). A leader epoch here is
 //! an ownership epoch: each take-over starts a new one at a new segment.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
@@ -24,6 +25,9 @@ pub async fn handle<E: Env>(
         for p in t.partitions {
             let base = EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(-1).with_end_offset(-1);
             let answer = match snapshot.partition(&t.topic.0, p.partition) {
+                _ if !ctx.authorized(Operation::Describe, Resource::topic(&t.topic.0)) => {
+                    base.with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                }
                 None => base.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
                 Some(partition) => match partition.epoch_end(p.leader_epoch).await {
                     Err(e) => base.with_error_code(error::code(&e)),

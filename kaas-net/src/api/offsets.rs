@@ -17,6 +17,7 @@ use kafka_protocol::messages::*;
 use super::{text, topic, unknown_partitions};
 use crate::connection::Context;
 use crate::error;
+use kaas_core::acl::{Operation, Resource};
 
 /// Kafka's `offset.metadata.max.bytes`.
 const OFFSET_METADATA_MAX_BYTES: usize = 4096;
@@ -26,6 +27,13 @@ pub async fn commit<E: Env>(
     _header: &RequestHeader,
     request: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
+    let group_refused = !ctx.authorized(Operation::Read, Resource::group(&request.group_id.0));
+    let topic_refused: std::collections::BTreeSet<String> = request
+        .topics
+        .iter()
+        .map(|t| t.name.0.to_string())
+        .filter(|t| group_refused || !ctx.authorized(Operation::Read, Resource::topic(t)))
+        .collect();
     let unknown = unknown_partitions(
         ctx,
         request
@@ -39,7 +47,8 @@ pub async fn commit<E: Env>(
     let mut too_large = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {
-            if unknown.contains(&(t.name.0.to_string(), p.partition_index)) {
+            if unknown.contains(&(t.name.0.to_string(), p.partition_index)) || topic_refused.contains(t.name.0.as_str())
+            {
                 continue;
             }
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
@@ -79,7 +88,11 @@ pub async fn commit<E: Env>(
                 .iter()
                 .map(|p| {
                     let tp = (t.name.0.to_string(), p.partition_index);
-                    let code = if unknown.contains(&tp) {
+                    let code = if group_refused {
+                        ResponseError::GroupAuthorizationFailed.code()
+                    } else if topic_refused.contains(&tp.0) {
+                        ResponseError::TopicAuthorizationFailed.code()
+                    } else if unknown.contains(&tp) {
                         ResponseError::UnknownTopicOrPartition.code()
                     } else if too_large.contains(&tp) {
                         ResponseError::OffsetMetadataTooLarge.code()
@@ -110,7 +123,25 @@ async fn fetch_group<E: Env>(
     if group_id.is_empty() {
         return Err(CoreError::InvalidGroupId);
     }
-    ctx.broker.groups.fetch(group_id.to_string(), wanted, require_stable).await
+    // DESCRIBE on the group; then topics the client may not DESCRIBE are left out of a fetch
+    // of everything, and answered TOPIC_AUTHORIZATION_FAILED where named, as in Apache.
+    if !ctx.authorized(Operation::Describe, Resource::group(group_id)) {
+        return Err(CoreError::GroupAuthorizationFailed);
+    }
+    let named = wanted.is_some();
+    let fetched = ctx.broker.groups.fetch(group_id.to_string(), wanted, require_stable).await?;
+    if !ctx.broker.authorizer_enabled() {
+        return Ok(fetched);
+    }
+    let describable = |t: &str| ctx.authorized(Operation::Describe, Resource::topic(t));
+    Ok(fetched
+        .into_iter()
+        .filter(|((t, _), _)| named || describable(t))
+        .map(|((t, p), c)| match describable(&t) {
+            true => ((t, p), c),
+            false => ((t, p), Err(CoreError::TopicAuthorizationFailed)),
+        })
+        .collect())
 }
 
 /// Groups (topic, [(partition, offset)]) in first-seen order.

@@ -10,6 +10,7 @@
 //! the partition to the transaction instead (`Join::Add`).
 
 use bytes::{Buf, BufMut, Bytes};
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::broker::Produced;
 use kaas_core::env::Env;
 use kaas_core::participant::Join;
@@ -45,15 +46,31 @@ pub async fn handle<E: Env>(
         ctx.broker.topics.refresh(request.topic_data.iter().map(|t| t.name.0.as_str())).await;
     }
     let snapshot = ctx.broker.topics.snapshot();
+    // As Apache: WRITE on the transactional id first (the whole request), then WRITE on each
+    // topic; nothing of a refused one is appended.
+    let txn_refused = produce
+        .transactional_id
+        .as_deref()
+        .is_some_and(|id| !ctx.authorized(Operation::Write, Resource::transactional_id(id)));
     let mut topics: Vec<TopicPending> = Vec::new();
     for topic_data in request.topic_data {
         let name = match version >= 13 {
             true => snapshot.names_by_id.get(topic_data.topic_id.as_bytes()).cloned(),
             false => Some(topic_data.name.0.to_string()),
         };
+        let refused = match &name {
+            _ if txn_refused => Some(CoreError::TransactionalIdAuthorizationFailed),
+            Some(name) if !ctx.authorized(Operation::Write, Resource::topic(name)) => {
+                Some(CoreError::TopicAuthorizationFailed)
+            }
+            _ => None,
+        };
         let mut partitions = Vec::new();
         for data in topic_data.partition_data {
-            let produced = ctx.broker.produce(&snapshot, &produce, name.as_deref(), data.index, data.records).await;
+            let produced = match &refused {
+                Some(e) => Produced::Done(Err(e.clone())),
+                None => ctx.broker.produce(&snapshot, &produce, name.as_deref(), data.index, data.records).await,
+            };
             partitions.push((data.index, produced));
         }
         topics.push((topic_data.name, topic_data.topic_id, name, partitions));

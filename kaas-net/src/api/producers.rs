@@ -17,6 +17,9 @@ use crate::error;
 /// this broker, whoever asks and whatever producer id and epoch (v3+) it sends, as Apache does.
 /// A transactional.id goes to its coordinator, with the caller's id and epoch (v3+, KIP-360)
 /// when it sends them.
+use kaas_core::acl::{Operation, Resource, ResourceType};
+use kafka_protocol::ResponseError;
+
 pub async fn init_producer_id<E: Env>(
     ctx: &Context<E>,
     _header: &RequestHeader,
@@ -26,6 +29,9 @@ pub async fn init_producer_id<E: Env>(
         InitProducerIdResponse::default().with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
     };
     if let Some(id) = request.transactional_id.as_ref().filter(|id| !id.is_empty()) {
+        if !ctx.authorized(Operation::Write, Resource::transactional_id(id)) {
+            return failed(ResponseError::TransactionalIdAuthorizationFailed.code());
+        }
         let expected = (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
         let answer = ctx.broker.txn.init_producer_id(id.to_string(), request.transaction_timeout_ms, expected).await;
         return match answer {
@@ -34,6 +40,13 @@ pub async fn init_producer_id<E: Env>(
                 .with_producer_epoch(producer_epoch),
             Err(e) => failed(error::code(&e)),
         };
+    }
+    // KIP-679: an idempotent producer is one allowed to write somewhere (WRITE on any topic),
+    // or IDEMPOTENT_WRITE on the cluster.
+    let idempotent_allowed = ctx.authorized(Operation::IdempotentWrite, Resource::cluster())
+        || ctx.broker.authorized_any(ctx.requester(), Operation::Write, ResourceType::Topic);
+    if !idempotent_allowed {
+        return failed(ResponseError::ClusterAuthorizationFailed.code());
     }
     match ctx.broker.producer_ids.allocate().await {
         Ok(producer_id) => {
@@ -58,6 +71,9 @@ pub async fn describe_producers<E: Env>(
         for index in topic.partition_indexes {
             let answer = PartitionResponse::default().with_partition_index(index);
             let described = match snapshot.partition(&topic.name.0, index) {
+                _ if !ctx.authorized(Operation::Read, Resource::topic(&topic.name.0)) => {
+                    Err(kaas_core::CoreError::TopicAuthorizationFailed)
+                }
                 None => Err(kaas_core::CoreError::UnknownTopicOrPartition),
                 Some(partition) => partition.describe_producers().await,
             };

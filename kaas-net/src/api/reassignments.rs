@@ -4,6 +4,7 @@
 //! Each partition is answered on its own, with Apache's error codes and messages.
 
 use kaas_core::CoreError;
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::cluster::reassignment::Change;
 use kaas_core::env::{Clock, Env};
 use kafka_protocol::ResponseError;
@@ -28,6 +29,10 @@ pub async fn alter<E: Env>(
     _header: &RequestHeader,
     request: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
+    if !ctx.authorized(Operation::Alter, Resource::cluster()) {
+        return AlterPartitionReassignmentsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let topics = &ctx.broker.topics;
     let allow = request.allow_replication_factor_change;
     // A client that sends no timeout gets Kafka's default request.timeout.ms, not none at all.
@@ -85,6 +90,10 @@ pub async fn list<E: Env>(
     _header: &RequestHeader,
     request: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
+    if !ctx.authorized(Operation::Describe, Resource::cluster()) {
+        return ListPartitionReassignmentsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let wanted =
         request.topics.map(|list| list.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
     let ongoing = ctx.broker.topics.reassignments(wanted).await;

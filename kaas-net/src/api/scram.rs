@@ -1,8 +1,10 @@
 //! DescribeUserScramCredentials (50) and AlterUserScramCredentials (51), v0: decode, call
 //! kaas-core (`broker::scram`), encode, with Apache's codes and messages.
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::broker::scram::{ScramDeletion, ScramRefusal, ScramUpsertion};
 use kaas_core::env::Env;
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResult,
@@ -33,6 +35,24 @@ pub async fn alter<E: Env>(
     _header: &RequestHeader,
     request: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
+    // ALTER on the cluster, as Apache checks: each user is answered CLUSTER_AUTHORIZATION_FAILED.
+    if !ctx.authorized(Operation::Alter, Resource::cluster()) {
+        let users: std::collections::BTreeSet<String> = request
+            .deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(request.upsertions.iter().map(|u| u.name.to_string()))
+            .collect();
+        let results = users
+            .into_iter()
+            .map(|user| {
+                AlterUserScramCredentialsResult::default()
+                    .with_user(text(&user))
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            })
+            .collect();
+        return AlterUserScramCredentialsResponse::default().with_results(results);
+    }
     let deletions = request
         .deletions
         .into_iter()
@@ -73,6 +93,10 @@ pub async fn describe<E: Env>(
     _header: &RequestHeader,
     request: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
+    if !ctx.authorized(Operation::Describe, Resource::cluster()) {
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let users = request.users.map(|users| users.into_iter().map(|u| u.name.to_string()).collect());
     match ctx.broker.describe_scram_credentials(users).await {
         Err(why) => {

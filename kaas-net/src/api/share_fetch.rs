@@ -8,11 +8,14 @@
 //! as the request is read, so a connection's requests take their session epochs in order; the
 //! fetch may then wait for records (`MaxWaitMs`).
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::broker::{ShareFetchRequest, ShareRequestPartition, TxnShareAcknowledge};
 use kaas_core::env::Env;
 use kaas_core::participant::{Join, TxnWriter};
 use kaas_core::partition::share::state::{AckBatch, AckType, AcquireMode};
+use kaas_core::topics::TopicId;
 use kaas_core::{CoreError, CoreResult};
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::share_acknowledge_response::{self as ack_response, ShareAcknowledgeTopicResponse};
 use kafka_protocol::messages::share_fetch_response::{
     AcquiredRecords, LeaderIdAndEpoch, NodeEndpoint, PartitionData, ShareFetchableTopicResponse,
@@ -98,10 +101,34 @@ fn top_level_error(e: &CoreError) -> (i16, Option<StrBytes>) {
     (error::code(e), error::message(e).map(|m| text(&m)))
 }
 
+/// READ on the group (else the whole request is refused) and on each topic: the partitions of
+/// a topic the client may not read are taken out of the request and answered
+/// TOPIC_AUTHORIZATION_FAILED, as Apache answers them.
+fn authorize_share<E: Env>(ctx: &Context<E>, request: &mut ShareFetchRequest) -> Result<Vec<(TopicId, i32)>, ()> {
+    if !ctx.authorized(Operation::Read, Resource::group(&request.group_id)) {
+        return Err(());
+    }
+    if !ctx.broker.authorizer_enabled() {
+        return Ok(Vec::new());
+    }
+    let snapshot = ctx.broker.topics.snapshot();
+    let readable = |id: &TopicId| {
+        snapshot.names_by_id.get(id).is_none_or(|name| ctx.authorized(Operation::Read, Resource::topic(name)))
+    };
+    let refused: Vec<(TopicId, i32)> =
+        request.partitions.iter().filter(|p| !readable(&p.topic_id)).map(|p| (p.topic_id, p.partition)).collect();
+    request.partitions.retain(|p| readable(&p.topic_id));
+    Ok(refused)
+}
+
 pub fn fetch<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: ShareFetchRequest_) -> Answer {
     let version = header.request_api_version;
-    let request = fetch_request(request, version);
+    let mut request = fetch_request(request, version);
     let header = header.clone();
+    let Ok(refused) = authorize_share(ctx, &mut request) else {
+        let response = ShareFetchResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        return Answer::Now(encode(ApiKey::ShareFetch, &header, &response));
+    };
     let plan = match ctx.broker.share_session(ctx.connection_id, request) {
         Ok(plan) => plan,
         Err(e) => {
@@ -155,6 +182,18 @@ pub fn fetch<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: ShareFet
                 ),
             }
         }
+        for (topic_id, partition) in refused {
+            let data = PartitionData::default()
+                .with_partition_index(partition)
+                .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                .with_current_leader(LeaderIdAndEpoch::default().with_leader_id(-1).with_leader_epoch(-1));
+            match responses.iter_mut().find(|t| *t.topic_id.as_bytes() == topic_id) {
+                Some(t) => t.partitions.push(data),
+                None => responses.push(
+                    ShareFetchableTopicResponse::default().with_topic_id(uuid(topic_id)).with_partitions(vec![data]),
+                ),
+            }
+        }
         leaders.sort_unstable();
         leaders.dedup();
         let node_endpoints = leaders
@@ -193,7 +232,7 @@ pub fn acknowledge<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: Sh
             })
         })
         .collect();
-    let core_request = ShareFetchRequest {
+    let mut core_request = ShareFetchRequest {
         group_id: request.group_id.as_ref().map(|g| g.0.to_string()).unwrap_or_default(),
         member_id: request.member_id.as_ref().map(|m| m.to_string()).unwrap_or_default(),
         session_epoch: request.share_session_epoch,
@@ -207,6 +246,11 @@ pub fn acknowledge<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: Sh
         fetch: false,
     };
     let header = header.clone();
+    let Ok(refused) = authorize_share(ctx, &mut core_request) else {
+        let response =
+            ShareAcknowledgeResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        return Answer::Now(encode(ApiKey::ShareAcknowledge, &header, &response));
+    };
     let plan = match ctx.broker.share_session(ctx.connection_id, core_request) {
         Ok(plan) => plan,
         Err(e) => {
@@ -239,6 +283,20 @@ pub fn acknowledge<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: Sh
                 ),
             }
         }
+        for (topic_id, partition) in refused {
+            let data = ack_response::PartitionData::default()
+                .with_partition_index(partition)
+                .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                .with_current_leader(
+                    ack_response::LeaderIdAndEpoch::default().with_leader_id(-1).with_leader_epoch(-1),
+                );
+            match responses.iter_mut().find(|t| *t.topic_id.as_bytes() == topic_id) {
+                Some(t) => t.partitions.push(data),
+                None => responses.push(
+                    ShareAcknowledgeTopicResponse::default().with_topic_id(uuid(topic_id)).with_partitions(vec![data]),
+                ),
+            }
+        }
         let response = ShareAcknowledgeResponse::default()
             .with_acquisition_lock_timeout_ms(answer.lock_duration_ms)
             .with_responses(responses);
@@ -256,6 +314,29 @@ pub async fn txn_acknowledge<E: Env>(
         return TxnShareAcknowledgeResponse::default().with_error_code(error::code(&CoreError::InvalidRequest(
             "TxnShareAcknowledge needs a transactional id".into(),
         )));
+    }
+    // As TxnOffsetCommit: WRITE on the transactional id, READ on the group, READ on every
+    // topic; a refused topic refuses the whole staging (none of it is half-staged).
+    let group_id = request.group_id.0.to_string();
+    let snapshot = ctx.broker.topics.snapshot();
+    let topic_refused = request.topics.iter().any(|t| {
+        snapshot
+            .names_by_id
+            .get(t.topic_id.as_bytes())
+            .is_some_and(|name| !ctx.authorized(Operation::Read, Resource::topic(name)))
+    });
+    let refused = match () {
+        _ if !ctx.authorized(Operation::Write, Resource::transactional_id(&transactional_id)) => {
+            Some(ResponseError::TransactionalIdAuthorizationFailed)
+        }
+        _ if !ctx.authorized(Operation::Read, Resource::group(&group_id)) => {
+            Some(ResponseError::GroupAuthorizationFailed)
+        }
+        _ if topic_refused => Some(ResponseError::TopicAuthorizationFailed),
+        _ => None,
+    };
+    if let Some(refused) = refused {
+        return TxnShareAcknowledgeResponse::default().with_error_code(refused.code());
     }
     let partitions: Vec<ShareRequestPartition> = request
         .topics

@@ -2,6 +2,8 @@
 //! (v1). Each decodes, asks the group coordinator (whose share groups are
 //! `kaas_core::group::share`), and encodes. Assignments name topics by id.
 
+use kaas_core::CoreError;
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
 use kaas_core::group::ShareHeartbeat;
 use kaas_core::group::assignor::Assignment;
@@ -40,6 +42,9 @@ pub async fn heartbeat<E: Env>(
     header: &RequestHeader,
     request: ShareGroupHeartbeatRequest,
 ) -> ShareGroupHeartbeatResponse {
+    if !ctx.authorized(Operation::Read, Resource::group(&request.group_id.0)) {
+        return ShareGroupHeartbeatResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     if let Some(why) = invalid(&request) {
         return ShareGroupHeartbeatResponse::default()
             .with_error_code(ResponseError::InvalidRequest.code())
@@ -118,6 +123,10 @@ pub async fn describe<E: Env>(
     let mut groups = Vec::new();
     for group_id in &request.group_ids {
         let described = DescribedGroup::default().with_group_id(group_id.clone());
+        if !ctx.authorized(Operation::Describe, Resource::group(&group_id.0)) {
+            groups.push(described.with_error_code(ResponseError::GroupAuthorizationFailed.code()));
+            continue;
+        }
         let group = match ctx.broker.groups.share_describe(group_id.0.to_string()).await {
             Ok(group) => group,
             Err(kaas_core::CoreError::GroupIdNotFound) => {
@@ -169,7 +178,7 @@ fn error_of(result: &kaas_core::CoreResult<()>) -> (i16, Option<kafka_protocol::
 
 pub async fn describe_offsets<E: Env>(
     ctx: &Context<E>,
-    header: &RequestHeader,
+    _header: &RequestHeader,
     request: DescribeShareGroupOffsetsRequest,
 ) -> DescribeShareGroupOffsetsResponse {
     use describe_share_group_offsets_response::{
@@ -181,7 +190,11 @@ pub async fn describe_offsets<E: Env>(
         let topics =
             g.topics.as_ref().map(|ts| ts.iter().map(|t| (t.topic_name.0.to_string(), t.partitions.clone())).collect());
         let group = Group::default().with_group_id(g.group_id.clone());
-        let from_peer = kaas_core::txn::peers::is_peer_client(header.client_id.as_deref());
+        if !ctx.authorized(Operation::Describe, Resource::group(&g.group_id.0)) {
+            groups.push(group.with_error_code(ResponseError::GroupAuthorizationFailed.code()));
+            continue;
+        }
+        let from_peer = ctx.from_broker;
         let described = match ctx.broker.describe_share_offsets(&g.group_id.0, topics, from_peer).await {
             Ok(described) => described,
             Err(e) => {
@@ -193,8 +206,12 @@ pub async fn describe_offsets<E: Env>(
         let topics = described
             .into_iter()
             .map(|(name, id, partitions)| {
+                let describable = ctx.authorized(Operation::Describe, Resource::topic(&name));
                 let partitions = partitions
                     .into_iter()
+                    .map(|(p, offsets)| {
+                        (p, if describable { offsets } else { Err(CoreError::TopicAuthorizationFailed) })
+                    })
                     .map(|(p, offsets)| {
                         let base = Partition::default().with_partition_index(p).with_leader_epoch(-1);
                         match offsets {
@@ -230,6 +247,19 @@ pub async fn alter_offsets<E: Env>(
     use alter_share_group_offsets_response::{
         AlterShareGroupOffsetsResponsePartition as Partition, AlterShareGroupOffsetsResponseTopic as Topic,
     };
+    // READ on the group and on every topic, as Apache checks.
+    let refused = match () {
+        _ if !ctx.authorized(Operation::Read, Resource::group(&request.group_id.0)) => {
+            Some(ResponseError::GroupAuthorizationFailed.code())
+        }
+        _ if request.topics.iter().any(|t| !ctx.authorized(Operation::Read, Resource::topic(&t.topic_name.0))) => {
+            Some(ResponseError::TopicAuthorizationFailed.code())
+        }
+        _ => None,
+    };
+    if let Some(code) = refused {
+        return AlterShareGroupOffsetsResponse::default().with_error_code(code);
+    }
     let mut partitions = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {
@@ -277,6 +307,19 @@ pub async fn delete_offsets<E: Env>(
     request: DeleteShareGroupOffsetsRequest,
 ) -> DeleteShareGroupOffsetsResponse {
     use delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic as Topic;
+    // DELETE on the group and READ on every topic, as Apache checks.
+    let refused = match () {
+        _ if !ctx.authorized(Operation::Delete, Resource::group(&request.group_id.0)) => {
+            Some(ResponseError::GroupAuthorizationFailed.code())
+        }
+        _ if request.topics.iter().any(|t| !ctx.authorized(Operation::Read, Resource::topic(&t.topic_name.0))) => {
+            Some(ResponseError::TopicAuthorizationFailed.code())
+        }
+        _ => None,
+    };
+    if let Some(code) = refused {
+        return DeleteShareGroupOffsetsResponse::default().with_error_code(code);
+    }
     let snapshot = ctx.broker.topics.snapshot();
     let mut partitions = Vec::new();
     let mut unknown = Vec::new();

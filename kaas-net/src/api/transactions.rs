@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kaas_core::acl::{Operation, Resource};
 use kaas_core::broker::TxnOffsetCommit;
 use kaas_core::env::{Clock, Env};
 use kaas_core::group::{CommitRequest, CommittedOffset};
@@ -136,12 +137,51 @@ async fn add_partitions<E: Env>(
         .collect()
 }
 
+/// A client's AddPartitionsToTxn that the ACLs refuse, answered as Apache answers it: every
+/// partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED without WRITE on the transactional id; else
+/// TOPIC_AUTHORIZATION_FAILED for the topics without WRITE, and OPERATION_NOT_ATTEMPTED for the
+/// rest. None: nothing refused.
+fn refused_topics<E: Env>(
+    ctx: &Context<E>,
+    id: &TransactionalId,
+    topics: &[AddPartitionsToTxnTopic],
+) -> Option<Vec<AddPartitionsToTxnTopicResult>> {
+    let txn_refused = !ctx.authorized(Operation::Write, Resource::transactional_id(&id.0));
+    let topic_refused = |name: &str| !ctx.authorized(Operation::Write, Resource::topic(name));
+    if !txn_refused && !topics.iter().any(|t| topic_refused(&t.name.0)) {
+        return None;
+    }
+    let results = topics
+        .iter()
+        .map(|t| {
+            let code = match () {
+                _ if txn_refused => ResponseError::TransactionalIdAuthorizationFailed.code(),
+                _ if topic_refused(&t.name.0) => ResponseError::TopicAuthorizationFailed.code(),
+                _ => ResponseError::OperationNotAttempted.code(),
+            };
+            let results = t
+                .partitions
+                .iter()
+                .map(|&p| {
+                    AddPartitionsToTxnPartitionResult::default().with_partition_index(p).with_partition_error_code(code)
+                })
+                .collect();
+            AddPartitionsToTxnTopicResult::default().with_name(t.name.clone()).with_results_by_partition(results)
+        })
+        .collect();
+    Some(results)
+}
+
 pub async fn add_partitions_to_txn<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
     request: AddPartitionsToTxnRequest,
 ) -> AddPartitionsToTxnResponse {
     if header.request_api_version <= 3 {
+        let id = &request.v3_and_below_transactional_id;
+        if let Some(results) = refused_topics(ctx, id, &request.v3_and_below_topics) {
+            return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+        }
         let results = add_partitions(
             ctx,
             &request.v3_and_below_transactional_id,
@@ -152,6 +192,10 @@ pub async fn add_partitions_to_txn<E: Env>(
         )
         .await;
         return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+    }
+    // v4+ is a broker's call (CLUSTER_ACTION), as in Apache.
+    if !ctx.authorized(Operation::ClusterAction, Resource::cluster()) {
+        return AddPartitionsToTxnResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code());
     }
     let mut results = Vec::new();
     for t in &request.transactions {
@@ -175,6 +219,12 @@ pub async fn add_offsets_to_txn<E: Env>(
     request: AddOffsetsToTxnRequest,
 ) -> AddOffsetsToTxnResponse {
     let result = match transactional_id(&request.transactional_id) {
+        _ if !ctx.authorized(Operation::Write, Resource::transactional_id(&request.transactional_id.0)) => {
+            Err(CoreError::TransactionalIdAuthorizationFailed)
+        }
+        _ if !ctx.authorized(Operation::Read, Resource::group(&request.group_id.0)) => {
+            Err(CoreError::GroupAuthorizationFailed)
+        }
         Err(e) => Err(e),
         Ok(_) if request.group_id.0.is_empty() => Err(CoreError::InvalidGroupId),
         Ok(id) => {
@@ -193,6 +243,9 @@ pub async fn end_txn<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: 
         false => 0,
     };
     let result = match transactional_id(&request.transactional_id) {
+        _ if !ctx.authorized(Operation::Write, Resource::transactional_id(&request.transactional_id.0)) => {
+            Err(CoreError::TransactionalIdAuthorizationFailed)
+        }
         Err(e) => Err(e),
         Ok(id) => {
             let (producer_id, producer_epoch, commit) =
@@ -211,6 +264,65 @@ pub async fn end_txn<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: 
 /// transaction must be open with the group added (from v5, transactions v2, the commit adds
 /// it), and the member (v3) current in the group.
 pub async fn txn_offset_commit<E: Env>(
+    ctx: &Context<E>,
+    header: &RequestHeader,
+    request: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    // As Apache: WRITE on the transactional id, then READ on the group (the whole request),
+    // then READ on each topic (its partitions TOPIC_AUTHORIZATION_FAILED, the others staged).
+    let whole = match () {
+        _ if !ctx.authorized(Operation::Write, Resource::transactional_id(&request.transactional_id.0)) => {
+            Some(ResponseError::TransactionalIdAuthorizationFailed.code())
+        }
+        _ if !ctx.authorized(Operation::Read, Resource::group(&request.group_id.0)) => {
+            Some(ResponseError::GroupAuthorizationFailed.code())
+        }
+        _ => None,
+    };
+    let denied: BTreeSet<String> = request
+        .topics
+        .iter()
+        .map(|t| t.name.0.to_string())
+        .filter(|name| !ctx.authorized(Operation::Read, Resource::topic(name)))
+        .collect();
+    let allowed = request
+        .clone()
+        .with_topics(request.topics.iter().filter(|t| !denied.contains(t.name.0.as_str())).cloned().collect());
+    let staged = match whole {
+        Some(_) => TxnOffsetCommitResponse::default(),
+        None => txn_offset_commit_allowed(ctx, header, allowed).await,
+    };
+    let code_of = |name: &str, p: i32| match whole {
+        Some(code) => code,
+        None if denied.contains(name) => ResponseError::TopicAuthorizationFailed.code(),
+        None => staged
+            .topics
+            .iter()
+            .filter(|t| t.name.0.as_str() == name)
+            .flat_map(|t| t.partitions.iter())
+            .find(|q| q.partition_index == p)
+            .map_or(0, |q| q.error_code),
+    };
+    let topics = request
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code_of(&t.name.0, p.partition_index))
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+async fn txn_offset_commit_allowed<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
     request: TxnOffsetCommitRequest,
@@ -294,10 +406,38 @@ async fn stage<E: Env>(
 /// markers are written only as its queued entry still owes them (`cluster::peers`).
 pub async fn write_txn_markers<E: Env>(
     ctx: &Context<E>,
-    header: &RequestHeader,
+    _header: &RequestHeader,
     request: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {
-    let from_peer = kaas_core::txn::peers::is_peer_client(header.client_id.as_deref());
+    let from_peer = ctx.from_broker;
+    // Only the cluster's brokers write markers (CLUSTER_ACTION), as in Apache.
+    if !ctx.authorized(Operation::ClusterAction, Resource::cluster()) {
+        let code = ResponseError::ClusterAuthorizationFailed.code();
+        let markers = request
+            .markers
+            .iter()
+            .map(|m| {
+                let topics = m
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        let partitions = t
+                            .partition_indexes
+                            .iter()
+                            .map(|&p| {
+                                WritableTxnMarkerPartitionResult::default()
+                                    .with_partition_index(p)
+                                    .with_error_code(code)
+                            })
+                            .collect();
+                        WritableTxnMarkerTopicResult::default().with_name(t.name.clone()).with_partitions(partitions)
+                    })
+                    .collect();
+                WritableTxnMarkerResult::default().with_producer_id(m.producer_id).with_topics(topics)
+            })
+            .collect();
+        return WriteTxnMarkersResponse::default().with_markers(markers);
+    }
     let mut markers = Vec::new();
     for m in request.markers {
         if m.topics.is_empty() {
@@ -368,6 +508,8 @@ pub async fn list_transactions<E: Env>(
             request.producer_id_filters.is_empty() || request.producer_id_filters.contains(&ProducerId(e.producer_id))
         })
         .filter(|e| pattern.as_ref().is_none_or(|re| re.is_match(&e.transactional_id)))
+        // Only the transactional ids the client may DESCRIBE, as Apache lists them.
+        .filter(|e| ctx.authorized(Operation::Describe, Resource::transactional_id(&e.transactional_id)))
         .filter(|e| {
             // v1: only transactions running longer than the duration (-1: any).
             request.duration_filter < 0
@@ -404,7 +546,15 @@ pub async fn describe_transactions<E: Env>(
             return DescribeTransactionsResponse::default().with_transaction_states(states);
         }
     };
-    let states = described.into_iter().map(|(id, entry)| describe_one(&id, entry)).collect();
+    let states = described
+        .into_iter()
+        .map(|(id, entry)| match ctx.authorized(Operation::Describe, Resource::transactional_id(&id)) {
+            true => describe_one(&id, entry),
+            false => describe_transactions_response::TransactionState::default()
+                .with_transactional_id(TransactionalId(text(&id)))
+                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code()),
+        })
+        .collect();
     DescribeTransactionsResponse::default().with_transaction_states(states)
 }
 
