@@ -107,9 +107,18 @@ const NOTES: &[(i16, &str)] = &[
         28,
         "v5 is transactions v2 (the commit adds its group to the transaction), advertised while `transaction.version` is 2; v6 not yet (kafka-protocol 0.18 has no struct for it)",
     ),
-    (29, "no authorizer: SECURITY_DISABLED, as Apache answers without one"),
-    (30, "no authorizer: SECURITY_DISABLED, as Apache answers without one"),
-    (31, "no authorizer: SECURITY_DISABLED, as Apache answers without one"),
+    (
+        29,
+        "the ACLs on the volume (DESCRIBE on the cluster); SECURITY_DISABLED without `authorizer.class.name`, as Apache",
+    ),
+    (
+        30,
+        "one file per binding on the volume, in force on every broker within a heartbeat (ALTER on the cluster); SECURITY_DISABLED without an authorizer",
+    ),
+    (
+        31,
+        "the bindings each filter selects, as the volume has them (ALTER on the cluster); SECURITY_DISABLED without an authorizer",
+    ),
     (32, "broker settings under Kafka's names, with synonyms; see configuration.md"),
     (34, "one log directory: a move to it is nothing to do, to any other LOG_DIR_NOT_FOUND"),
     (35, "the data directory, the partitions this broker owns, the file system's size; v5 not yet"),

@@ -18,6 +18,8 @@ pub struct Kaas {
     /// Whether dropping this broker removes the data directory (false for all but one broker
     /// of a cluster, which share it).
     owns_data_dir: bool,
+    /// A SASL_PLAINTEXT listener's port beside the PLAINTEXT one (`with_sasl`).
+    pub sasl_port: Option<u16>,
 }
 
 fn free_port() -> u16 {
@@ -36,9 +38,41 @@ impl Kaas {
             child: None,
             broker_id: None,
             owns_data_dir: true,
+            sasl_port: None,
         };
         kaas.spawn();
         kaas
+    }
+
+    /// Starts a broker with a PLAINTEXT listener (`bootstrap`, the brokers' own) and a
+    /// SASL_PLAINTEXT one (`sasl_bootstrap`), with extra `--set` settings.
+    pub fn with_sasl(name: &str, settings: &[&str]) -> Kaas {
+        Self::cluster_with_sasl(name, 1, settings).pop().expect("one broker")
+    }
+
+    /// `count` brokers on one data directory, each with a PLAINTEXT and a SASL_PLAINTEXT listener.
+    pub fn cluster_with_sasl(name: &str, count: i32, settings: &[&str]) -> Vec<Kaas> {
+        let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        (0..count)
+            .map(|id| {
+                let mut kaas = Kaas {
+                    data_dir: data_dir.clone(),
+                    port: free_port(),
+                    settings: settings.iter().map(|s| s.to_string()).collect(),
+                    child: None,
+                    broker_id: Some(id),
+                    owns_data_dir: id == 0,
+                    sasl_port: Some(free_port()),
+                };
+                kaas.spawn();
+                kaas
+            })
+            .collect()
+    }
+
+    pub fn sasl_bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.sasl_port.expect("a SASL listener"))
     }
 
     /// Starts `count` brokers (ids 0..count) on one fresh shared data directory: a cluster.
@@ -54,6 +88,7 @@ impl Kaas {
                     child: None,
                     broker_id: Some(id),
                     owns_data_dir: id == 0,
+                    sasl_port: None,
                 };
                 kaas.spawn();
                 kaas
@@ -80,18 +115,21 @@ impl Kaas {
                 return;
             }
             self.port = free_port();
+            self.sasl_port = self.sasl_port.map(|_| free_port());
         }
         panic!("kaas did not start on any of 10 ports");
     }
 
     fn try_spawn(&mut self) -> bool {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kaas"));
-        cmd.arg("serve")
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .arg("--listen")
-            .arg(self.bootstrap())
-            .stdout(Stdio::null())
+        cmd.arg("serve").arg("--data-dir").arg(&self.data_dir);
+        match self.sasl_port {
+            None => cmd.arg("--listen").arg(self.bootstrap()),
+            Some(sasl) => cmd
+                .arg("--set")
+                .arg(format!("listeners=PLAINTEXT://{},SASL_PLAINTEXT://127.0.0.1:{sasl}", self.bootstrap())),
+        };
+        cmd.stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
         for s in &self.settings {

@@ -22,6 +22,22 @@ impl Wire {
         Wire { stream, correlation_id: 0 }
     }
 
+    /// Connects and authenticates with SASL/PLAIN; panics if refused.
+    pub fn connect_plain(bootstrap: &str, user: &str, password: &str) -> Wire {
+        use kafka_protocol::messages::{
+            SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+        };
+        let mut wire = Wire::connect(bootstrap);
+        let handshake = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+        let answer: SaslHandshakeResponse = wire.call(ApiKey::SaslHandshake, 1, &handshake);
+        assert_eq!(answer.error_code, 0, "SaslHandshake PLAIN");
+        let token = Bytes::from(format!("\0{user}\0{password}"));
+        let authenticate = SaslAuthenticateRequest::default().with_auth_bytes(token);
+        let answer: SaslAuthenticateResponse = wire.call(ApiKey::SaslAuthenticate, 2, &authenticate);
+        assert_eq!(answer.error_code, 0, "SASL/PLAIN as {user}");
+        wire
+    }
+
     /// Sends `request` as `version` of `key` and decodes the answer.
     pub fn call<Req: Encodable, Resp: Decodable>(&mut self, key: ApiKey, version: i16, request: &Req) -> Resp {
         self.correlation_id += 1;
