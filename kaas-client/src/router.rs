@@ -309,6 +309,20 @@ impl Client {
         routed!(self, Route::Broker(host.to_string()), "metadata", |c| c.metadata(topic))
     }
 
+    /// Creates (or, `create` false, deletes) one literal topic ACL through the broker `host`.
+    pub async fn topic_acl_on(
+        &mut self,
+        host: &str,
+        create: bool,
+        topic: &str,
+        principal: &str,
+        operation: i8,
+        allow: bool,
+    ) -> Outcome<()> {
+        let route = Route::Broker(host.to_string());
+        routed!(self, route, "acls", |c| c.topic_acl(create, topic, principal, operation, allow))
+    }
+
     /// The broker hosts this client bootstraps from.
     pub fn bootstrap(&self) -> &[String] {
         &self.bootstrap

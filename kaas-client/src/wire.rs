@@ -188,6 +188,56 @@ impl WireClient {
         Ok(response.topics.first().map(|t| t.error_code).unwrap_or(-1))
     }
 
+    /// CreateAcls (v3) of one binding, or DeleteAcls (v3) of exactly that binding: DENY or
+    /// ALLOW (`allow`) of `operation` to `principal` from any host on the literal topic `topic`.
+    pub async fn topic_acl(
+        &mut self,
+        create: bool,
+        topic: &str,
+        principal: &str,
+        operation: i8,
+        allow: bool,
+    ) -> Outcome<()> {
+        use kafka_protocol::messages::create_acls_request::AclCreation;
+        use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+        const TOPIC: i8 = 2;
+        const LITERAL: i8 = 3;
+        let permission = if allow { 3 } else { 2 };
+        let code = if create {
+            let creation = AclCreation::default()
+                .with_resource_type(TOPIC)
+                .with_resource_name(text(topic))
+                .with_resource_pattern_type(LITERAL)
+                .with_principal(text(principal))
+                .with_host(text("*"))
+                .with_operation(operation)
+                .with_permission_type(permission);
+            let request = CreateAclsRequest::default().with_creations(vec![creation]);
+            match self.call::<_, CreateAclsResponse>(ApiKey::CreateAcls, 3, &request).await {
+                Ok(r) => r.results.first().map_or(-1, |r| r.error_code),
+                Err(_) => return Outcome::Indefinite,
+            }
+        } else {
+            let filter = DeleteAclsFilter::default()
+                .with_resource_type_filter(TOPIC)
+                .with_resource_name_filter(Some(text(topic)))
+                .with_pattern_type_filter(LITERAL)
+                .with_principal_filter(Some(text(principal)))
+                .with_host_filter(Some(text("*")))
+                .with_operation(operation)
+                .with_permission_type(permission);
+            let request = DeleteAclsRequest::default().with_filters(vec![filter]);
+            match self.call::<_, DeleteAclsResponse>(ApiKey::DeleteAcls, 3, &request).await {
+                Ok(r) => r.filter_results.first().map_or(-1, |r| r.error_code),
+                Err(_) => return Outcome::Indefinite,
+            }
+        };
+        match code {
+            0 => Outcome::Ok(()),
+            code => Outcome::Failed(code),
+        }
+    }
+
     /// CreateTopics of one topic: its error code (0 created, 36 already there).
     pub async fn create_topic_outcome(&mut self, name: &str, partitions: i32) -> Outcome<i16> {
         match self.create_topic(name, partitions).await {

@@ -119,10 +119,13 @@ pub enum Mutant {
     /// TxnShareAcknowledge checks that its member is one, not at which epoch: a member fenced
     /// and joined again stages records under the epoch it was fenced at (KIP-1289).
     ShareStageEpochUnchecked,
+    /// A broker's rescan leaves out the ACLs: a binding made or taken back on a peer never
+    /// reaches it.
+    AclRescanSkipped,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 39] = [
+    pub const ALL: [Mutant; 40] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -162,6 +165,7 @@ impl Mutant {
         Mutant::SharePendingLockExpires,
         Mutant::ShareDeadLetterSkipped,
         Mutant::ShareStageEpochUnchecked,
+        Mutant::AclRescanSkipped,
     ];
 
     pub fn name(self) -> &'static str {
@@ -205,6 +209,7 @@ impl Mutant {
             Mutant::SharePendingLockExpires => "share-pending-lock-expires",
             Mutant::ShareDeadLetterSkipped => "share-dead-letter-skipped",
             Mutant::ShareStageEpochUnchecked => "share-stage-epoch-unchecked",
+            Mutant::AclRescanSkipped => "acl-rescan-skipped",
         }
     }
 

@@ -117,13 +117,11 @@ fn produce(wire: &mut Wire, topic: &str, producer: (i64, i16), transactional_id:
         .with_acks(-1)
         .with_timeout_ms(30_000)
         .with_transactional_id(transactional_id.map(|t| TransactionalId(s(t))))
-        .with_topic_data(vec![
-            TopicProduceData::default().with_name(TopicName(s(topic))).with_partition_data(vec![
+        .with_topic_data(vec![TopicProduceData::default().with_name(TopicName(s(topic))).with_partition_data(vec![
                 PartitionProduceData::default()
                     .with_index(0)
                     .with_records(Some(batch(producer, transactional_id.is_some()))),
-            ]),
-        ]);
+            ])]);
     let answer: ProduceResponse = wire.call(ApiKey::Produce, 9, &request);
     answer.responses[0].partition_responses[0].error_code
 }

@@ -183,6 +183,12 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["ack-after-fence"],
         scenarios: &["kip1289-zombie"],
     },
+    MutantSpec {
+        mutant: Mutant::AclRescanSkipped,
+        // A DENY made through one broker is never in force on another that owns a partition.
+        catches: &["acl-not-enforced"],
+        scenarios: &["acl-propagation"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

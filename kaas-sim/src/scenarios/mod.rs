@@ -3,6 +3,7 @@
 //! file keeps the world whole, so a replay runs the same world whatever the drawing code has
 //! become since.
 
+pub mod acls;
 pub mod cluster;
 pub mod common;
 pub mod copier;
@@ -174,6 +175,10 @@ pub const ALL: &[Scenario] = &[
     scenario::<share_copy::PartialProduce>(
         "kip1289-partial-produce",
         "exactly-once queue copiers (KIP-1289); one produce of a transaction refused while the others succeed",
+    ),
+    scenario::<acls::AclPropagation>(
+        "acl-propagation",
+        "a DENY made and taken back through any broker while a producer writes and brokers crash, pause and lose the volume: in force everywhere within its bound",
     ),
     scenario::<topics::TopicChurn>(
         "topic-churn",
