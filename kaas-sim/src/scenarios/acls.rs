@@ -129,13 +129,13 @@ impl AclLog {
                         ));
                     }
                 }
-                Some(TOPIC_AUTHORIZATION_FAILED) => {
-                    if !denies.iter().any(|d| d.0 <= answered && sent <= d.3.saturating_add(bound_ms)) {
-                        violations.push(format!(
-                            "acl-refused-wrongly: a produce sent at {sent} was refused TOPIC_AUTHORIZATION_FAILED at \
-                             {answered}, with no DENY in force then"
-                        ));
-                    }
+                Some(TOPIC_AUTHORIZATION_FAILED)
+                    if !denies.iter().any(|d| d.0 <= answered && sent <= d.3.saturating_add(bound_ms)) =>
+                {
+                    violations.push(format!(
+                        "acl-refused-wrongly: a produce sent at {sent} was refused TOPIC_AUTHORIZATION_FAILED at \
+                         {answered}, with no DENY in force then"
+                    ));
                 }
                 _ => {}
             }
