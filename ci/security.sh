@@ -5,7 +5,8 @@
 #   confluent-kafka produce and consume over SSL; each listener advertises its own address
 #   (kafka-broker-api-versions on each); a PLAINTEXT client on the SSL port gets no answer;
 # - mutual TLS (ssl.client.auth=required): a client with a certificate signed by the trusted CA
-#   produces, one without is refused;
+#   produces, one without is refused; the certificate's subject names its principal
+#   (ssl.principal.mapping.rules), to which ACLs then apply;
 # - a certificate replaced on disk is served to new connections without a restart;
 # - three brokers on one volume, peers on PLAINTEXT, clients on SSL: verifiable producer and
 #   consumer, every record once;
@@ -176,6 +177,34 @@ produce "127.0.0.1:$ssl" "$work/ssl.properties" mtls 1 || true
   || fail "the mTLS topic should hold the 10 records of the client with a certificate, no more"
 grep -q "handshake failed" "$work/mtls.log" || fail "the refused handshake is not logged"
 echo "with a CA-signed client certificate (trusted CA given inline, described as sensitive): 10 records produced and read; without one: refused, logged"
+kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
+
+echo "== a client certificate names the principal (ssl.principal.mapping.rules); ACLs apply to it"
+plain=$(free_port); ssl=$(free_port)
+start mtls-acl 0 "$work/mtls-acl" "$plain" "$ssl" --set ssl.client.auth=required \
+  --set "ssl.truststore.certificates=$(cat "$work/ca.pem")" \
+  --set authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer --set super.users=User:ANONYMOUS \
+  --set 'ssl.principal.mapping.rules=RULE:^CN=([^,]*)$/cert-$1/L,DEFAULT'
+for topic in mtls-ok mtls-no; do
+  tool org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$plain" --create --topic "$topic" \
+    --partitions 1 --replication-factor 1 > /dev/null 2>&1 || fail "creating $topic"
+  tool org.apache.kafka.tools.AclCommand --bootstrap-server "127.0.0.1:$plain" --add \
+    --allow-principal User:cert-kaas-client --operation All --topic "$topic" > /dev/null 2>&1 || fail "ACL on $topic"
+done
+tool org.apache.kafka.tools.AclCommand --bootstrap-server "127.0.0.1:$plain" --add \
+  --deny-principal User:cert-kaas-client --operation Write --topic mtls-no > /dev/null 2>&1 || fail "DENY on mtls-no"
+verifiable() { # verifiable TOPIC N: VerifiableProducer over mTLS, its events in $work/vp-TOPIC.out
+  timeout 60 java -cp "$cp" org.apache.kafka.tools.VerifiableProducer --bootstrap-server "127.0.0.1:$ssl" \
+    --topic "$1" --max-messages "$2" --producer.config "$work/mtls.properties" > "$work/vp-$1.out" 2>&1 || true
+}
+verifiable mtls-ok 5
+[ "$(grep -c '"name":"producer_send_success"' "$work/vp-mtls-ok.out")" -eq 5 ] \
+  || fail "User:cert-kaas-client, allowed, could not write: $(tail -3 "$work/vp-mtls-ok.out")"
+verifiable mtls-no 3
+grep -q '"name":"producer_send_error".*TopicAuthorizationException' "$work/vp-mtls-no.out" \
+  || fail "User:cert-kaas-client was not refused by its DENY: $(tail -3 "$work/vp-mtls-no.out")"
+if grep -q '"name":"producer_send_success"' "$work/vp-mtls-no.out"; then fail "a DENY of the certificate's principal let a write through"; fi
+echo "the certificate CN=kaas-client is User:cert-kaas-client by RULE:^CN=([^,]*)\$/cert-\$1/L: its ALLOW lets it write, its DENY refuses it"
 kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 
 echo "== three brokers on one volume, peers on PLAINTEXT, clients on SSL"

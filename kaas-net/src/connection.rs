@@ -80,6 +80,7 @@ pub async fn serve<E: Env, S>(
     stream: S,
     peer: String,
     listener: Arc<str>,
+    certified: Option<String>,
     sasl: Option<Arc<dyn Mechanisms>>,
     mut shutdown: ShutdownSignal,
 ) where
@@ -94,7 +95,13 @@ pub async fn serve<E: Env, S>(
             as Arc<dyn Mechanisms>
     });
     let mut auth = Auth::new(sasl, peers);
-    let principal = auth.principal();
+    // A client certificate names the principal of an SSL listener's connection; SASL's, once
+    // authenticated, wins on SASL_SSL, as in Apache.
+    let principal_of = |auth: &Auth| match (&certified, auth.is_authenticated()) {
+        (Some(user), false) => format!("User:{user}"),
+        _ => auth.principal(),
+    };
+    let principal = principal_of(&auth);
     let mut ctx = Context { broker, peer, listener, principal, connection_id, from_broker: false };
     let (mut reader, writer) = tokio::io::split(stream);
     let (slots, slots_rx) = mpsc::channel(IN_FLIGHT_MAX);
@@ -126,7 +133,7 @@ pub async fn serve<E: Env, S>(
         let dispatched = match verdict {
             Verdict::Serve => api::dispatch(&ctx, frame).await,
             Verdict::Answer(response) => {
-                ctx.principal = auth.principal();
+                ctx.principal = principal_of(&auth);
                 ctx.from_broker = auth.is_broker();
                 Ok(Answer::Now(response))
             }

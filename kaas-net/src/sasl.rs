@@ -93,6 +93,11 @@ impl Auth {
         }
     }
 
+    /// Whether SASL authenticated the client.
+    pub fn is_authenticated(&self) -> bool {
+        matches!(self, Auth::Authenticated { .. })
+    }
+
     /// Whether a broker of this cluster is on the other end (it proved it knows the secret).
     pub fn is_broker(&self) -> bool {
         matches!(self, Auth::Authenticated { broker: true, .. })

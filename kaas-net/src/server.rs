@@ -33,10 +33,13 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 /// A connection as the env's network accepts it.
 pub type Accepted<E> = <<<E as Env>::Net as Net>::Listener as Listener>::Stream;
 
-/// Makes an accepted connection the stream requests are read from: a TLS handshake. It runs on
-/// the connection's own task, so a slow client holds up no other.
-pub type Handshake<S> =
-    Arc<dyn Fn(S) -> Pin<Box<dyn Future<Output = io::Result<Box<dyn Stream>>> + Send>> + Send + Sync>;
+/// Makes an accepted connection the stream requests are read from: a TLS handshake, and the
+/// name the client's certificate gives it, if it presented one. It runs on the connection's
+/// own task, so a slow client holds up no other.
+pub type Handshake<S> = Arc<dyn Fn(S) -> Pin<Box<dyn Future<Output = io::Result<Handshaken>> + Send>> + Send + Sync>;
+
+/// A connection after its listener's handshake: its stream, and the user its certificate names.
+pub type Handshaken = (Box<dyn Stream>, Option<String>);
 
 /// One listener as the server serves it: its name (clients are told the addresses on it) and
 /// its handshake, if it is not PLAINTEXT.
@@ -110,7 +113,7 @@ impl<E: Env> Server<E> {
                     let sasl = self.spec.sasl.clone();
                     self.broker.env.spawner().spawn("connection", async move {
                         match handshake {
-                            None => connection::serve(broker, stream, peer, name, sasl, shutdown).await,
+                            None => connection::serve(broker, stream, peer, name, None, sasl, shutdown).await,
                             Some(handshake) => {
                                 let clock = broker.env.clock().clone();
                                 let done = tokio::select! {
@@ -121,7 +124,9 @@ impl<E: Env> Server<E> {
                                     }
                                 };
                                 match done {
-                                    Ok(stream) => connection::serve(broker, stream, peer, name, sasl, shutdown).await,
+                                    Ok((stream, user)) => {
+                                        connection::serve(broker, stream, peer, name, user, sasl, shutdown).await
+                                    }
                                     Err(e) => tracing::info!(%peer, listener = %name, error = %e, "handshake failed: connection closed"),
                                 }
                             }

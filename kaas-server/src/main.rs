@@ -2,6 +2,7 @@
 //! then stops accepting, closes connections and syncs every partition before exiting.
 
 mod cli;
+mod principal;
 mod sasl;
 mod share_copy;
 mod tls;
@@ -84,6 +85,7 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
         true => Some(tls::acceptor(&config.ssl)?),
         false => None,
     };
+    let rules = std::sync::Arc::new(principal::PrincipalRules::parse(&config.ssl.principal_mapping_rules)?);
     let inter_broker = listeners.bind.iter().find(|b| b.endpoint.listener == listeners.inter_broker);
     if inter_broker.is_some_and(|b| b.protocol.sasl()) {
         return Err(format!(
@@ -112,7 +114,7 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
     let mut servers = Vec::new();
     for (bind, listener, local, _) in bound {
         let name = bind.endpoint.listener.as_str();
-        let handshake = bind.protocol.tls().then(|| tls::handshake(tls.clone().expect("read above")));
+        let handshake = bind.protocol.tls().then(|| tls::handshake(tls.clone().expect("read above"), rules.clone()));
         let spec = ListenerSpec { name: name.into(), handshake, sasl: mechanisms.get(name).cloned() };
         // One server also serves the peers' calls: the inter-broker listener's.
         let peers = name == listeners.inter_broker;

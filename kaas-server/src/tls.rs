@@ -9,6 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use kaas_core::config::listeners::{ClientAuth, SslSettings};
 use kaas_net::server::{Handshake, Stream};
+
+use crate::principal::PrincipalRules;
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
@@ -151,16 +153,28 @@ pub fn acceptor(ssl: &SslSettings) -> Result<TlsAcceptor, String> {
     Ok(TlsAcceptor::from(Arc::new(builder.with_cert_resolver(keystore))))
 }
 
-/// The handshake of an SSL listener's connections.
-pub fn handshake<S>(acceptor: TlsAcceptor) -> Handshake<S>
+/// The handshake of an SSL listener's connections: a client's certificate, if it gave one,
+/// names its principal by `rules`; a certificate no rule maps closes the connection.
+pub fn handshake<S>(acceptor: TlsAcceptor, rules: Arc<PrincipalRules>) -> Handshake<S>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     Arc::new(move |stream: S| {
-        let acceptor = acceptor.clone();
+        let (acceptor, rules) = (acceptor.clone(), rules.clone());
         Box::pin(async move {
             let stream = acceptor.accept(stream).await?;
-            Ok(Box::new(stream) as Box<dyn Stream>)
+            let refused = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+            let user = match stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()) {
+                None => None,
+                Some(leaf) => {
+                    let dn = crate::principal::subject_dn(leaf).map_err(refused)?;
+                    let user = rules
+                        .apply(&dn)
+                        .ok_or_else(|| refused(format!("no principal mapping rule applies to {dn}")))?;
+                    Some(user)
+                }
+            };
+            Ok((Box::new(stream) as Box<dyn Stream>, user))
         })
     })
 }

@@ -114,6 +114,9 @@ pub struct SslSettings {
     pub truststore_location: String,
     pub truststore_certificates: String,
     pub client_auth: ClientAuth,
+    /// How a client certificate's subject becomes its principal's name
+    /// (`ssl.principal.mapping.rules`: DEFAULT, or RULE:pattern/replacement/[LU], ...).
+    pub principal_mapping_rules: String,
 }
 
 impl SslSettings {

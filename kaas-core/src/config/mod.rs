@@ -145,6 +145,7 @@ impl Default for BrokerConfig {
             ssl: listeners::SslSettings {
                 keystore_type: "PEM".into(),
                 truststore_type: "PEM".into(),
+                principal_mapping_rules: "DEFAULT".into(),
                 ..Default::default()
             },
             advertised_host: "127.0.0.1".into(),

@@ -211,6 +211,11 @@ pub const SETTINGS: &[Setting] = &[
         "A PEM file of the certificates client certificates must chain to (with `ssl.client.auth`)."
     ),
     ssl_text!("ssl.truststore.certificates", truststore_certificates, "The trusted certificates in PEM, inline."),
+    ssl_text!(
+        "ssl.principal.mapping.rules",
+        principal_mapping_rules,
+        "How a client certificate's subject (RFC 2253, most specific name first) becomes its principal, User:NAME: DEFAULT (the whole name) or RULE:pattern/replacement/[LU] rules, the first whose pattern matches the whole name applying; a certificate no rule maps is refused."
+    ),
     Setting {
         name: "ssl.client.auth",
         change: Static,
