@@ -6,9 +6,11 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use kaas_core::Broker;
+use kaas_core::broker::metrics::BrokerMetrics;
 use kaas_core::env::{Clock, Env, Spawner};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
@@ -102,12 +104,16 @@ pub async fn serve<E: Env, S>(
         _ => auth.principal(),
     };
     let principal = principal_of(&auth);
+    let metrics = broker.metrics.clone();
+    BrokerMetrics::add(&metrics.connections_accepted, 1);
+    metrics.connections_open.fetch_add(1, Ordering::Relaxed);
     let mut ctx = Context { broker, peer, listener, principal, connection_id, from_broker: false };
     let (mut reader, writer) = tokio::io::split(stream);
     let (slots, slots_rx) = mpsc::channel(IN_FLIGHT_MAX);
     let (written, all_written) = oneshot::channel::<()>();
+    let writer_metrics = metrics.clone();
     spawner.spawn("connection-writer", async move {
-        write_responses(writer, slots_rx).await;
+        write_responses(writer, slots_rx, &writer_metrics).await;
         drop(written);
     });
     loop {
@@ -117,7 +123,10 @@ pub async fn serve<E: Env, S>(
             frame = frame::read_frame(&mut reader, max_bytes) => frame,
         };
         let frame = match frame {
-            Ok(frame) => frame,
+            Ok(frame) => {
+                BrokerMetrics::add(&metrics.bytes_in, frame.len() as u64 + 4);
+                frame
+            }
             Err(FrameError::Closed) => break,
             Err(FrameError::TooLarge(size)) => {
                 tracing::warn!(peer = %ctx.peer, size, "request size out of bounds: closing the connection");
@@ -141,6 +150,7 @@ pub async fn serve<E: Env, S>(
                 // Answered late (connection.failed.authentication.delay.ms), so that guessing
                 // is slow; then the connection closes.
                 tracing::info!(peer = %ctx.peer, listener = %ctx.listener, why = %why, "SASL authentication failed");
+                BrokerMetrics::add(&metrics.authentication_failures, 1);
                 closing = true;
                 let clock = ctx.broker.env.clock().clone();
                 let delay_ms = ctx.broker.config.connection_failed_authentication_delay_ms;
@@ -177,9 +187,10 @@ pub async fn serve<E: Env, S>(
     let _ = all_written.await;
     // Its share sessions end with it, and what their members acquired is let go.
     ctx.broker.share_connection_closed(ctx.connection_id).await;
+    metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
 }
 
-async fn write_responses<W: AsyncWrite + Unpin>(writer: W, mut slots: mpsc::Receiver<Slot>) {
+async fn write_responses<W: AsyncWrite + Unpin>(writer: W, mut slots: mpsc::Receiver<Slot>, metrics: &BrokerMetrics) {
     let mut writer = BufWriter::new(writer);
     while let Some(slot) = slots.recv().await {
         let response = match slot {
@@ -197,6 +208,7 @@ async fn write_responses<W: AsyncWrite + Unpin>(writer: W, mut slots: mpsc::Rece
         if writer.write_all(&frame::frame(&body)).await.is_err() {
             return;
         }
+        BrokerMetrics::add(&metrics.bytes_out, body.len() as u64 + 4);
         // Flush when nothing else is ready, so pipelined answers share a write.
         if slots.is_empty() && writer.flush().await.is_err() {
             return;

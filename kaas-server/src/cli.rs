@@ -23,6 +23,7 @@ OPTIONS:
                            several listeners (SSL too): --set listeners=NAME://HOST:PORT,...
     --advertised HOST:PORT address clients are told to connect to [default: the listen address]
     --broker-id N          this broker's id (node.id) [default: 0]
+    --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics [default: none]
     --config FILE          a Kafka-style properties file of settings (name=value lines)
     --set NAME=VALUE       one setting by its Kafka name, e.g. --set num.partitions=6
                            (repeatable; applied after --config)
@@ -44,6 +45,8 @@ pub struct ServeArgs {
     pub broker_id: Option<i32>,
     pub config_file: Option<String>,
     pub settings: Vec<(String, String)>,
+    /// `--metrics`: where the Prometheus endpoint listens (None: no endpoint).
+    pub metrics: Option<String>,
 }
 
 impl Default for ServeArgs {
@@ -55,6 +58,7 @@ impl Default for ServeArgs {
             broker_id: None,
             config_file: None,
             settings: Vec::new(),
+            metrics: None,
         }
     }
 }
@@ -95,6 +99,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 out.broker_id = Some(value()?.parse().map_err(|_| "--broker-id needs a number".to_string())?)
             }
             "--config" => out.config_file = Some(value()?),
+            "--metrics" => out.metrics = Some(value()?),
             "--set" => {
                 let setting = value()?;
                 let (name, v) =

@@ -2,6 +2,7 @@
 //! then stops accepting, closes connections and syncs every partition before exiting.
 
 mod cli;
+mod metrics;
 mod principal;
 mod sasl;
 mod share_copy;
@@ -110,6 +111,11 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
     let ports: Vec<(String, i32)> = bound.iter().map(|(b, _, _, port)| (b.endpoint.listener.clone(), *port)).collect();
     cli::advertise(&mut config, &listeners, &ports);
     let broker = Broker::start(env, config.clone()).await.map_err(|e| format!("cannot start the broker: {e}"))?;
+    if let Some(address) = &args.metrics {
+        let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("--metrics {address}: {e}"))?;
+        tracing::info!(listen = %listener.local_addr().map_err(|e| e.to_string())?, "serving Prometheus metrics at /metrics");
+        tokio::spawn(metrics::serve(listener, broker.clone()));
+    }
     let (stop, stopped) = watch::channel(false);
     let mut servers = Vec::new();
     for (bind, listener, local, _) in bound {

@@ -21,7 +21,11 @@ impl<E: Env> Broker<E> {
         }
         let snapshot = self.topics.snapshot();
         let authorizer = Authorizer { settings: &self.config.authorizer, acls: &snapshot.acls };
-        authorizer.authorize(who, operation, &resource) == Decision::Allowed
+        let allowed = authorizer.authorize(who, operation, &resource) == Decision::Allowed;
+        if !allowed {
+            super::metrics::BrokerMetrics::add(&self.metrics.authorization_failures, 1);
+        }
+        allowed
     }
 
     /// Whether `who` may do `operation` on some resource of the type (KIP-679).

@@ -21,6 +21,7 @@ use crate::txn::peers::Markers;
 
 mod acls;
 mod dead_letter;
+pub mod metrics;
 pub mod scram;
 mod share;
 mod share_admin;
@@ -42,6 +43,8 @@ pub struct Broker<E: Env> {
     pub membership: MembershipHandle,
     /// Calls to peer brokers, sent by the wire client a server attaches.
     pub peers: PeersHandle,
+    /// What operators scrape (`metrics.rs`).
+    pub metrics: Arc<metrics::BrokerMetrics>,
     /// What this broker proves itself to peers with, and checks peers by.
     pub broker_secret: Arc<crate::cluster::broker_auth::BrokerSecret>,
     /// Share sessions (KIP-932), per (group, member), each tied to the connection that opened it.
@@ -93,6 +96,7 @@ impl<E: Env> Broker<E> {
             membership,
             peers,
             broker_secret,
+            metrics: Default::default(),
             share_sessions: Default::default(),
             connections: Default::default(),
             _marker_watcher,

@@ -141,6 +141,7 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
     }
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
+    ctx.broker.metrics.request(raw_key);
     let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown api key {raw_key}"))?;
     let (min, max) = supported(key).ok_or_else(|| format!("unsupported api {key:?}"))?;
     let mut body = frame;

@@ -289,19 +289,17 @@ pub async fn txn_offset_commit<E: Env>(
         .clone()
         .with_topics(request.topics.iter().filter(|t| !denied.contains(t.name.0.as_str())).cloned().collect());
     let staged = match whole {
-        Some(_) => TxnOffsetCommitResponse::default(),
-        None => txn_offset_commit_allowed(ctx, header, allowed).await,
+        Some(_) => None,
+        None => Some(stage_allowed(ctx, header, &allowed).await),
     };
-    let code_of = |name: &str, p: i32| match whole {
-        Some(code) => code,
-        None if denied.contains(name) => ResponseError::TopicAuthorizationFailed.code(),
-        None => staged
-            .topics
-            .iter()
-            .filter(|t| t.name.0.as_str() == name)
-            .flat_map(|t| t.partitions.iter())
-            .find(|q| q.partition_index == p)
-            .map_or(0, |q| q.error_code),
+    let code_of = |name: &str, p: i32| match (whole, &staged) {
+        (Some(code), _) => code,
+        _ if denied.contains(name) => ResponseError::TopicAuthorizationFailed.code(),
+        (None, Some((unknown, _))) if unknown.contains(&(name.to_string(), p)) => {
+            ResponseError::UnknownTopicOrPartition.code()
+        }
+        (None, Some((_, code))) => *code,
+        (None, None) => unreachable!("staged unless refused whole"),
     };
     let topics = request
         .topics
@@ -322,11 +320,13 @@ pub async fn txn_offset_commit<E: Env>(
     TxnOffsetCommitResponse::default().with_topics(topics)
 }
 
-async fn txn_offset_commit_allowed<E: Env>(
+/// Stages what the ACLs allowed: the partitions no topic of which exists, and the code of the
+/// staging for the rest.
+async fn stage_allowed<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
-    request: TxnOffsetCommitRequest,
-) -> TxnOffsetCommitResponse {
+    request: &TxnOffsetCommitRequest,
+) -> (BTreeSet<(String, i32)>, i16) {
     let unknown = unknown_partitions(
         ctx,
         request
@@ -337,29 +337,8 @@ async fn txn_offset_commit_allowed<E: Env>(
     )
     .await;
     let join = if header.request_api_version >= 5 { Join::Add } else { Join::Verify };
-    let result = stage(ctx, &request, &unknown, join).await;
-    let code = error::code_of(&result);
-    let topics = request
-        .topics
-        .iter()
-        .map(|t| {
-            let partitions = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    let code = match unknown.contains(&(t.name.0.to_string(), p.partition_index)) {
-                        true => ResponseError::UnknownTopicOrPartition.code(),
-                        false => code,
-                    };
-                    TxnOffsetCommitResponsePartition::default()
-                        .with_partition_index(p.partition_index)
-                        .with_error_code(code)
-                })
-                .collect();
-            TxnOffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
-        })
-        .collect();
-    TxnOffsetCommitResponse::default().with_topics(topics)
+    let result = stage(ctx, request, &unknown, join).await;
+    (unknown, error::code_of(&result))
 }
 
 /// Partitions in `unknown` are left out; with none left, nothing is asked of the coordinator

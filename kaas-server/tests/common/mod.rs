@@ -20,6 +20,8 @@ pub struct Kaas {
     owns_data_dir: bool,
     /// A SASL_PLAINTEXT listener's port beside the PLAINTEXT one (`with_sasl`).
     pub sasl_port: Option<u16>,
+    /// The Prometheus endpoint's port (`with_metrics`).
+    pub metrics_port: Option<u16>,
 }
 
 fn free_port() -> u16 {
@@ -39,6 +41,25 @@ impl Kaas {
             broker_id: None,
             owns_data_dir: true,
             sasl_port: None,
+            metrics_port: None,
+        };
+        kaas.spawn();
+        kaas
+    }
+
+    /// Starts a broker that serves Prometheus metrics (`--metrics`) on `metrics_port`.
+    pub fn with_metrics(name: &str, settings: &[&str]) -> Kaas {
+        let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        let mut kaas = Kaas {
+            data_dir,
+            port: free_port(),
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            broker_id: None,
+            owns_data_dir: true,
+            sasl_port: None,
+            metrics_port: Some(free_port()),
         };
         kaas.spawn();
         kaas
@@ -52,23 +73,7 @@ impl Kaas {
 
     /// `count` brokers on one data directory, each with a PLAINTEXT and a SASL_PLAINTEXT listener.
     pub fn cluster_with_sasl(name: &str, count: i32, settings: &[&str]) -> Vec<Kaas> {
-        let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data_dir);
-        (0..count)
-            .map(|id| {
-                let mut kaas = Kaas {
-                    data_dir: data_dir.clone(),
-                    port: free_port(),
-                    settings: settings.iter().map(|s| s.to_string()).collect(),
-                    child: None,
-                    broker_id: Some(id),
-                    owns_data_dir: id == 0,
-                    sasl_port: Some(free_port()),
-                };
-                kaas.spawn();
-                kaas
-            })
-            .collect()
+        Self::brokers(name, count, settings, true)
     }
 
     pub fn sasl_bootstrap(&self) -> String {
@@ -77,6 +82,12 @@ impl Kaas {
 
     /// Starts `count` brokers (ids 0..count) on one fresh shared data directory: a cluster.
     pub fn cluster(name: &str, count: i32, settings: &[&str]) -> Vec<Kaas> {
+        Self::brokers(name, count, settings, false)
+    }
+
+    /// `count` brokers on one fresh data directory, each with a SASL_PLAINTEXT listener too if
+    /// `sasl`.
+    fn brokers(name: &str, count: i32, settings: &[&str], sasl: bool) -> Vec<Kaas> {
         let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
         (0..count)
@@ -88,7 +99,8 @@ impl Kaas {
                     child: None,
                     broker_id: Some(id),
                     owns_data_dir: id == 0,
-                    sasl_port: None,
+                    sasl_port: sasl.then(free_port),
+                    metrics_port: None,
                 };
                 kaas.spawn();
                 kaas
@@ -116,6 +128,7 @@ impl Kaas {
             }
             self.port = free_port();
             self.sasl_port = self.sasl_port.map(|_| free_port());
+            self.metrics_port = self.metrics_port.map(|_| free_port());
         }
         panic!("kaas did not start on any of 10 ports");
     }
@@ -134,6 +147,9 @@ impl Kaas {
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
         for s in &self.settings {
             cmd.arg("--set").arg(s);
+        }
+        if let Some(port) = self.metrics_port {
+            cmd.arg("--metrics").arg(format!("127.0.0.1:{port}"));
         }
         if let Some(id) = self.broker_id {
             cmd.arg("--broker-id").arg(id.to_string());
