@@ -132,9 +132,17 @@ pub async fn serve(listener: TcpListener, broker: Broker<RealEnv>) {
         let Ok((mut stream, _)) = listener.accept().await else { continue };
         let broker = broker.clone();
         tokio::spawn(async move {
-            let mut request = vec![0u8; 4096];
-            let Ok(n) = stream.read(&mut request).await else { return };
-            let line = String::from_utf8_lossy(&request[..n]);
+            // The request's head, read until its blank line (it may come in pieces), 8 KiB at most.
+            let mut request = Vec::with_capacity(1024);
+            let mut chunk = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 8192 {
+                let read = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut chunk)).await;
+                match read {
+                    Ok(Ok(n)) if n > 0 => request.extend_from_slice(&chunk[..n]),
+                    _ => return,
+                }
+            }
+            let line = String::from_utf8_lossy(&request);
             let answer = match line.split_whitespace().take(2).collect::<Vec<_>>()[..] {
                 ["GET", "/metrics"] => {
                     let body = scrape(&broker);

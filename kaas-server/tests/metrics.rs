@@ -15,7 +15,10 @@ use kafka_protocol::protocol::StrBytes;
 fn get(port: u16, path: &str) -> String {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("the metrics endpoint");
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: kaas\r\n\r\n").unwrap();
+    // In two writes, as a client may send it: the endpoint reads the whole head first.
+    stream.write_all(format!("GET {path} HTTP/1.1\r\n").as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    stream.write_all(b"Host: kaas\r\n\r\n").unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).expect("an answer");
     answer
