@@ -7,9 +7,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use common::Kaas;
-use common::wire::Wire;
+use common::wire::{Wire, batch};
 use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -24,7 +23,6 @@ use kafka_protocol::messages::txn_offset_commit_request::{
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 const USERS: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";"#;
 
@@ -90,38 +88,19 @@ fn create_topic(wire: &mut Wire, topic: &str) -> i16 {
     answer.topics[0].error_code
 }
 
-fn batch(producer: (i64, i16), transactional: bool) -> Bytes {
-    let record = Record {
-        transactional,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: producer.0,
-        producer_epoch: producer.1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: if producer.0 < 0 { -1 } else { 0 },
-        timestamp: 1_767_225_600_000,
-        key: None,
-        value: Some(Bytes::from_static(b"v")),
-        headers: Default::default(),
-    };
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
-    RecordBatchEncoder::encode(&mut buf, &[record], &options).expect("encodes");
-    buf.freeze()
-}
-
 fn produce(wire: &mut Wire, topic: &str, producer: (i64, i16), transactional_id: Option<&str>) -> i16 {
     let request = ProduceRequest::default()
         .with_acks(-1)
         .with_timeout_ms(30_000)
         .with_transactional_id(transactional_id.map(|t| TransactionalId(s(t))))
         .with_topic_data(vec![TopicProduceData::default().with_name(TopicName(s(topic))).with_partition_data(vec![
-                PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(batch(producer, transactional_id.is_some()))),
-            ])]);
+            PartitionProduceData::default().with_index(0).with_records(Some(batch(
+                producer,
+                0,
+                1,
+                transactional_id.is_some(),
+            ))),
+        ])]);
     let answer: ProduceResponse = wire.call(ApiKey::Produce, 9, &request);
     answer.responses[0].partition_responses[0].error_code
 }

@@ -12,9 +12,9 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use common::Kaas;
-use common::wire::Wire;
+use common::wire::{Wire, batch};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
@@ -26,7 +26,6 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 /// Cases where kaas answers differently on purpose, and why.
 const DELIBERATE: &[(&str, &str)] = &[
@@ -323,31 +322,6 @@ impl Session {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-}
-
-/// A batch of `count` records from a producer, as a client encodes it.
-fn batch(producer: (i64, i16), base_sequence: i32, count: i32, transactional: bool) -> Bytes {
-    let records: Vec<Record> = (0..count)
-        .map(|i| Record {
-            transactional,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: producer.0,
-            producer_epoch: producer.1,
-            timestamp_type: TimestampType::Creation,
-            offset: i64::from(i),
-            sequence: if producer.0 < 0 { i - 1 } else { base_sequence + i },
-            timestamp: 1_767_225_600_000 + i64::from(i),
-            key: None,
-            value: Some(Bytes::from(format!("value-{i}"))),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
-    RecordBatchEncoder::encode(&mut buf, &records, &options).expect("encodes");
-    buf.freeze()
 }
 
 fn produce(topic: &str, partition: i32, records: Bytes, transactional_id: Option<&str>) -> ProduceRequest {

@@ -82,7 +82,7 @@ impl AclFiles {
         };
         names.retain(|n| n.ends_with(".json"));
         names.sort();
-        let before = (self.read.len(), self.unreadable.clone());
+        let unreadable_before = self.unreadable.clone();
         let listed: std::collections::BTreeSet<&String> = names.iter().collect();
         let gone = self.read.keys().filter(|n| !listed.contains(n)).count();
         self.read.retain(|n, _| listed.contains(n));
@@ -115,7 +115,7 @@ impl AclFiles {
                 }
             }
         }
-        Ok(gone > 0 || added > 0 || before.1 != self.unreadable || before.0 != self.read.len())
+        Ok(gone > 0 || added > 0 || unreadable_before != self.unreadable)
     }
 
     /// What the authorizer decides by.

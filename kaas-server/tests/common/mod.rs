@@ -24,6 +24,13 @@ pub struct Kaas {
     pub metrics_port: Option<u16>,
 }
 
+/// An empty data directory for the test `name`.
+fn fresh_data_dir(name: &str) -> PathBuf {
+    let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    data_dir
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -31,35 +38,24 @@ fn free_port() -> u16 {
 impl Kaas {
     /// Starts a broker on a fresh data dir and a free port, with extra `--set` settings.
     pub fn start(name: &str, settings: &[&str]) -> Kaas {
-        let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data_dir);
-        let mut kaas = Kaas {
-            data_dir,
-            port: free_port(),
-            settings: settings.iter().map(|s| s.to_string()).collect(),
-            child: None,
-            broker_id: None,
-            owns_data_dir: true,
-            sasl_port: None,
-            metrics_port: None,
-        };
-        kaas.spawn();
-        kaas
+        Self::single(name, settings, false)
     }
 
     /// Starts a broker that serves Prometheus metrics (`--metrics`) on `metrics_port`.
     pub fn with_metrics(name: &str, settings: &[&str]) -> Kaas {
-        let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data_dir);
+        Self::single(name, settings, true)
+    }
+
+    fn single(name: &str, settings: &[&str], metrics: bool) -> Kaas {
         let mut kaas = Kaas {
-            data_dir,
+            data_dir: fresh_data_dir(name),
             port: free_port(),
             settings: settings.iter().map(|s| s.to_string()).collect(),
             child: None,
             broker_id: None,
             owns_data_dir: true,
             sasl_port: None,
-            metrics_port: Some(free_port()),
+            metrics_port: metrics.then(free_port),
         };
         kaas.spawn();
         kaas
@@ -88,8 +84,7 @@ impl Kaas {
     /// `count` brokers on one fresh data directory, each with a SASL_PLAINTEXT listener too if
     /// `sasl`.
     fn brokers(name: &str, count: i32, settings: &[&str], sasl: bool) -> Vec<Kaas> {
-        let data_dir = std::env::temp_dir().join(format!("kaas-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data_dir);
+        let data_dir = fresh_data_dir(name);
         (0..count)
             .map(|id| {
                 let mut kaas = Kaas {

@@ -62,3 +62,29 @@ impl Wire {
         Resp::decode(&mut answer, version).expect("decode response")
     }
 }
+
+/// A batch of `count` records from a producer, as a client encodes it.
+pub fn batch(producer: (i64, i16), base_sequence: i32, count: i32, transactional: bool) -> Bytes {
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    let records: Vec<Record> = (0..count)
+        .map(|i| Record {
+            transactional,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: producer.0,
+            producer_epoch: producer.1,
+            timestamp_type: TimestampType::Creation,
+            offset: i64::from(i),
+            sequence: if producer.0 < 0 { i - 1 } else { base_sequence + i },
+            timestamp: 1_767_225_600_000 + i64::from(i),
+            key: None,
+            value: Some(Bytes::from(format!("value-{i}"))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).expect("encodes");
+    buf.freeze()
+}
