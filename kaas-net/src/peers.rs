@@ -3,7 +3,8 @@
 //! verification as AddPartitionsToTxn (v4, verify_only), KIP-1289's member check as
 //! ShareGroupDescribe (v1) of the member's group.
 //!
-//! One link task per peer endpoint holds one connection and pipelines calls on it, as Kafka
+//! One link task per peer endpoint holds one connection, proves on it that this broker is one
+//! of the cluster's (KAAS-BROKER, `broker_auth.rs`), and pipelines calls on it, as Kafka
 //! clients do: a peer answers in request order. A connection that fails, or whose oldest call
 //! is not answered within `PEER_REQUEST_TIMEOUT_MS`, is dropped with every call on it failed;
 //! the callers retry (a marker written twice ends nothing twice). The next call reconnects. A

@@ -4,7 +4,9 @@
 //! Apache closes it). The mechanisms are behind `Mechanisms` (kaas-server gives rsasl's), as TLS
 //! is behind the listener's handshake: kaas-net frames the exchange and never hashes.
 //! Elsewhere (a listener without SASL, or once authenticated) both APIs answer
-//! ILLEGAL_SASL_STATE, as Apache's request handler answers them.
+//! ILLEGAL_SASL_STATE, as Apache's request handler answers them, except kaas's own KAAS-BROKER
+//! on the inter-broker listener, by which a peer proves it is a broker of the cluster
+//! (`broker_auth.rs`).
 
 use std::sync::Arc;
 
