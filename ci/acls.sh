@@ -11,6 +11,9 @@
 #   TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a consumer is GROUP_AUTHORIZATION_FAILED, nothing
 #   written; the Java producer (VerifiableProducer) as bob is refused too;
 # - kafka-acls removes alice's WRITE: her next produce is refused on every broker.
+# - kafka-configs (ConfigCommand) alters and describes a user quota and a default client quota
+#   as the super user (bob may not); librdkafka producing as alice over her quota is told it is
+#   throttled (throttle_cb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source ci/security-env.sh
@@ -178,4 +181,40 @@ codes = {e.code() if e else None for e in errors}
 assert None not in codes and KafkaError.TOPIC_AUTHORIZATION_FAILED in codes, f"alice's produces after the removal: {codes}"
 print(f"after kafka-acls --remove: none of alice's produces written, on every broker (codes {sorted(codes)})")
 PY
+
+echo "== client quotas: kafka-configs as the super user, librdkafka told it is throttled"
+configs() { tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "$bootstrap" --command-config "$work/$1.properties" "${@:2}"; }
+configs admin --alter --add-config producer_byte_rate=10240 --entity-type users --entity-name alice \
+  > "$work/configs.out" 2>&1 || fail "kafka-configs --alter (user quota): $(tail -3 "$work/configs.out")"
+configs admin --alter --add-config consumer_byte_rate=20480,request_percentage=50 --entity-type clients --entity-default \
+  > "$work/configs.out" 2>&1 || fail "kafka-configs --alter (default client quota): $(tail -3 "$work/configs.out")"
+described=$(configs admin --describe --entity-type users --entity-name alice 2>&1)
+echo "$described" | grep -q "producer_byte_rate=10240" || fail "kafka-configs --describe (user): $described"
+described=$(configs admin --describe --entity-type clients --entity-default 2>&1)
+echo "$described" | grep -q "consumer_byte_rate=20480" || fail "kafka-configs --describe (default client): $described"
+if configs bob --alter --add-config producer_byte_rate=1 --entity-type users --entity-name bob > "$work/bob-configs.out" 2>&1 \
+  && ! grep -q "ClusterAuthorizationException" "$work/bob-configs.out"; then
+  fail "bob altered a quota: $(tail -3 "$work/bob-configs.out")"
+fi
+acls --add --allow-principal User:alice --operation Write --topic quota-alice > "$work/acls.out" 2>&1 \
+  || fail "kafka-acls --add (quota-alice)"
+tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --command-config "$work/admin.properties" \
+  --create --topic quota-alice --partitions 1 --replication-factor 1 > /dev/null 2>&1 || fail "creating quota-alice"
+sleep 2
+ci/.venv/bin/python - "$bootstrap" <<'PY' || fail "librdkafka was not throttled by alice's quota"
+import sys
+from confluent_kafka import Producer
+throttles = []
+p = Producer({"bootstrap.servers": sys.argv[1], "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+              "sasl.username": "alice", "sasl.password": "alice-secret", "linger.ms": 50,
+              "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+for i in range(200):
+    p.produce("quota-alice", b"x" * 1024, partition=0)
+p.flush(30)
+p.poll(1)
+assert throttles and max(throttles) > 0, f"no throttle reported to librdkafka: {throttles}"
+print(f"confluent-kafka as alice over her 10 KiB/s quota: throttled {max(throttles):.1f} s")
+PY
+echo "kafka-configs: user and default client quotas altered and described by the super user; bob may not"
+
 echo "acls: ok"

@@ -70,6 +70,7 @@ pub mod group;
 pub mod hex;
 pub mod participant;
 pub mod partition;
+pub mod quota;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod topics;

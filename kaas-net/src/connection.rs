@@ -53,6 +53,8 @@ pub struct Context<E: Env> {
     /// A broker of this cluster calls (it proved it knows the cluster's secret, KAAS-BROKER):
     /// a broker's own calls (markers, verification) are its, and the ACLs do not apply.
     pub from_broker: bool,
+    /// Until when the connection is muted for its client's quotas (`throttle.rs`).
+    pub mute: crate::throttle::Mute,
 }
 
 impl<E: Env> Context<E> {
@@ -107,7 +109,9 @@ pub async fn serve<E: Env, S>(
     let metrics = broker.metrics.clone();
     BrokerMetrics::add(&metrics.connections_accepted, 1);
     metrics.connections_open.fetch_add(1, Ordering::Relaxed);
-    let mut ctx = Context { broker, peer, listener, principal, connection_id, from_broker: false };
+    let mut ctx =
+        Context { broker, peer, listener, principal, connection_id, from_broker: false, mute: Default::default() };
+    let clock = ctx.broker.env.clock().clone();
     let (mut reader, writer) = tokio::io::split(stream);
     let (slots, slots_rx) = mpsc::channel(IN_FLIGHT_MAX);
     let (written, all_written) = oneshot::channel::<()>();
@@ -137,6 +141,15 @@ pub async fn serve<E: Env, S>(
                 break;
             }
         };
+        // A throttled client's next request waits out its mute (KIP-219).
+        let muted_ms = ctx.mute.remaining_ms(clock.now_ms());
+        if muted_ms > 0 {
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => break,
+                _ = clock.sleep_ms(muted_ms) => {}
+            }
+        }
         let mut closing = false;
         let verdict = auth.check(&frame);
         let dispatched = match verdict {
@@ -152,7 +165,7 @@ pub async fn serve<E: Env, S>(
                 tracing::info!(peer = %ctx.peer, listener = %ctx.listener, why = %why, "SASL authentication failed");
                 BrokerMetrics::add(&metrics.authentication_failures, 1);
                 closing = true;
-                let clock = ctx.broker.env.clock().clone();
+                let clock = clock.clone();
                 let delay_ms = ctx.broker.config.connection_failed_authentication_delay_ms;
                 Ok(Answer::Later(Box::pin(async move {
                     clock.sleep_ms(delay_ms).await;

@@ -10,5 +10,6 @@ pub mod frame;
 pub mod peers;
 pub mod sasl;
 pub mod server;
+pub mod throttle;
 
 pub use server::{Server, ShutdownSignal};

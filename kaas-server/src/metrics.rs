@@ -113,6 +113,29 @@ impl Collector for BrokerCollector {
             "1 while an ACL file cannot be read (only super users are authorized)",
             i64::from(snapshot.acls.unreadable.is_some()),
         )?;
+        gauge(
+            &mut encoder,
+            "kaas_client_quota_entities",
+            "Entities with client quotas",
+            snapshot.quotas.entities.len() as i64,
+        )?;
+        gauge(
+            &mut encoder,
+            "kaas_client_quota_files_unreadable",
+            "Client quota files that could not be read (the quotas last read from them stand)",
+            snapshot.quota_files_unreadable as i64,
+        )?;
+        let throttling = m.throttling();
+        for (name, help, value) in [
+            ("kaas_throttles", "Requests throttled by a client quota, by quota", 1),
+            ("kaas_throttle_time_milliseconds", "Time clients were throttled for, by quota", 2),
+        ] {
+            let mut family = encoder.encode_descriptor(name, help, None, requests.metric_type())?;
+            for (key, throttles, ms) in &throttling {
+                let n = if value == 1 { *throttles } else { *ms };
+                ConstCounter::new(n).encode(family.encode_family(&[("quota", key.name())])?)?;
+            }
+        }
         Ok(())
     }
 }

@@ -4,6 +4,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use crate::quota::QuotaKey;
+
 /// API keys counted one by one; higher keys share the last slot.
 pub const API_KEYS: usize = 100;
 
@@ -16,7 +18,14 @@ pub struct BrokerMetrics {
     pub authorization_failures: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
+    /// Throttles and their milliseconds, per throttling quota (`THROTTLED_QUOTAS`).
+    throttles: [AtomicU64; 3],
+    throttle_ms: [AtomicU64; 3],
 }
+
+/// The quotas that throttle, in the order their counters are kept.
+pub const THROTTLED_QUOTAS: [QuotaKey; 3] =
+    [QuotaKey::ProducerByteRate, QuotaKey::ConsumerByteRate, QuotaKey::RequestPercentage];
 
 impl Default for BrokerMetrics {
     fn default() -> Self {
@@ -28,6 +37,8 @@ impl Default for BrokerMetrics {
             authorization_failures: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
+            throttles: Default::default(),
+            throttle_ms: Default::default(),
         }
     }
 }
@@ -45,6 +56,23 @@ impl BrokerMetrics {
             .enumerate()
             .map(|(key, n)| (key as i16, n.load(Ordering::Relaxed)))
             .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// A client throttled for `ms` by its quota of `key`.
+    pub fn throttled(&self, key: QuotaKey, ms: u64) {
+        if let Some(i) = THROTTLED_QUOTAS.iter().position(|k| *k == key) {
+            self.throttles[i].fetch_add(1, Ordering::Relaxed);
+            self.throttle_ms[i].fetch_add(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// (quota, throttles, milliseconds throttled) per throttling quota.
+    pub fn throttling(&self) -> Vec<(QuotaKey, u64, u64)> {
+        THROTTLED_QUOTAS
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (*k, self.throttles[i].load(Ordering::Relaxed), self.throttle_ms[i].load(Ordering::Relaxed)))
             .collect()
     }
 

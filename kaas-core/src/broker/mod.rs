@@ -22,6 +22,7 @@ use crate::txn::peers::Markers;
 mod acls;
 mod dead_letter;
 pub mod metrics;
+pub mod quotas;
 pub mod scram;
 mod share;
 mod share_admin;
@@ -45,6 +46,8 @@ pub struct Broker<E: Env> {
     pub peers: PeersHandle,
     /// What operators scrape (`metrics.rs`).
     pub metrics: Arc<metrics::BrokerMetrics>,
+    /// The client quotas' rates measured on this broker.
+    rates: Arc<quotas::Rates>,
     /// What this broker proves itself to peers with, and checks peers by.
     pub broker_secret: Arc<crate::cluster::broker_auth::BrokerSecret>,
     /// Share sessions (KIP-932), per (group, member), each tied to the connection that opened it.
@@ -97,6 +100,7 @@ impl<E: Env> Broker<E> {
             peers,
             broker_secret,
             metrics: Default::default(),
+            rates: Default::default(),
             share_sessions: Default::default(),
             connections: Default::default(),
             _marker_watcher,

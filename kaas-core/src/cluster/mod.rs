@@ -21,6 +21,7 @@ pub mod lease;
 pub mod membership;
 pub mod ownership;
 pub mod producer_ids;
+pub mod quotas;
 pub mod reassignment;
 pub mod scram;
 

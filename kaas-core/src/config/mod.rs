@@ -25,6 +25,10 @@ pub struct BrokerConfig {
     /// How late a failed SASL authentication is answered before its connection closes
     /// (`connection.failed.authentication.delay.ms`), so that guessing is slow.
     pub connection_failed_authentication_delay_ms: u64,
+    /// How client quotas are measured (`quota.window.num` samples of
+    /// `quota.window.size.seconds`).
+    pub quota_window_num: u32,
+    pub quota_window_size_seconds: u32,
     /// ACLs (`authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`).
     pub authorizer: crate::acl::authorizer::AuthorizerSettings,
     pub authorizer_class_name: String,
@@ -140,6 +144,8 @@ impl Default for BrokerConfig {
             }],
             inter_broker_listener_name: "PLAINTEXT".into(),
             connection_failed_authentication_delay_ms: 100,
+            quota_window_num: 11,
+            quota_window_size_seconds: 1,
             authorizer: Default::default(),
             authorizer_class_name: String::new(),
             ssl: listeners::SslSettings {

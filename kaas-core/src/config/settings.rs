@@ -146,6 +146,27 @@ pub const SETTINGS: &[Setting] = &[
         "How late a failed SASL authentication is answered before its connection closes, so that guessing is slow."
     ),
     Setting {
+        name: "quota.window.num",
+        change: Static,
+        doc: "The number of samples client quotas are measured over.",
+        set: Some(|c, v| {
+            c.quota_window_num = u32::try_from(positive("quota.window.num", v)?).map_err(|e| e.to_string())?;
+            Ok(())
+        }),
+        get: |c| c.quota_window_num.to_string(),
+    },
+    Setting {
+        name: "quota.window.size.seconds",
+        change: Static,
+        doc: "The time span of each sample client quotas are measured over.",
+        set: Some(|c, v| {
+            c.quota_window_size_seconds =
+                u32::try_from(positive("quota.window.size.seconds", v)?).map_err(|e| e.to_string())?;
+            Ok(())
+        }),
+        get: |c| c.quota_window_size_seconds.to_string(),
+    },
+    Setting {
         name: "authorizer.class.name",
         change: Static,
         doc: "Set to Apache's `org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or `kafka.security.authorizer.AclAuthorizer`) to put ACLs in force: kaas's authorizer decides as StandardAuthorizer does, with the ACLs kept on the volume. Empty: no authorizer, every request allowed.",

@@ -58,6 +58,7 @@ impl<E: Env> TopicManager<E> {
         self.load_group_configs().await?;
         // An unreadable binding is reported and fails closed; it does not stop the start.
         self.rescan_acls().await;
+        self.rescan_quotas().await;
         volume.create_dir_all(TOPICS_DIR).await.map_err(storage)?;
         // As a rescan does before serving a peer's new topic (`durable_topics_dir`).
         volume.sync_dir(TOPICS_DIR).await.map_err(storage)?;
@@ -92,6 +93,7 @@ impl<E: Env> TopicManager<E> {
         if !crate::mutant!(AclRescanSkipped) {
             changed |= self.rescan_acls().await;
         }
+        changed |= self.rescan_quotas().await;
         let listed = match self.env.volume().list(TOPICS_DIR).await {
             Ok(names) => names,
             Err(e) => {

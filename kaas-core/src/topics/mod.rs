@@ -29,6 +29,7 @@ mod acls;
 mod broker_configs;
 mod files;
 mod group_configs;
+pub mod quotas;
 mod reassign;
 mod supervision;
 
@@ -89,6 +90,10 @@ pub struct MetadataSnapshot {
     pub effective: Arc<BrokerConfig>,
     /// The ACL bindings in force, as last read from the volume.
     pub acls: Arc<crate::acl::authorizer::AclSet>,
+    /// The client quotas in force, as last read from the volume.
+    pub quotas: Arc<crate::quota::ClientQuotas>,
+    /// Quota files that could not be read at the last rescan.
+    pub quota_files_unreadable: usize,
 }
 
 impl MetadataSnapshot {
@@ -171,6 +176,11 @@ enum Command {
     RefreshGroupConfigs(oneshot::Sender<()>),
     CreateAcls(Vec<crate::acl::AclBinding>, oneshot::Sender<Vec<CoreResult<()>>>),
     DeleteAcls(Vec<crate::acl::AclFilter>, oneshot::Sender<Vec<CoreResult<Vec<crate::acl::AclBinding>>>>),
+    AlterQuotas {
+        alterations: Vec<(crate::quota::QuotaEntity, Vec<crate::quota::QuotaOp>)>,
+        validate_only: bool,
+        reply: oneshot::Sender<Vec<quotas::AlterOutcome>>,
+    },
 }
 
 #[derive(Clone)]
@@ -316,6 +326,17 @@ impl TopicsHandle {
         self.ask(|reply| Command::CreateAcls(bindings, reply)).await.ok_or(CoreError::CoordinatorNotAvailable)
     }
 
+    /// AlterClientQuotas: per entity, altered, refused or why not stored.
+    pub async fn alter_quotas(
+        &self,
+        alterations: Vec<(crate::quota::QuotaEntity, Vec<crate::quota::QuotaOp>)>,
+        validate_only: bool,
+    ) -> CoreResult<Vec<quotas::AlterOutcome>> {
+        self.ask(|reply| Command::AlterQuotas { alterations, validate_only, reply })
+            .await
+            .ok_or(CoreError::CoordinatorNotAvailable)
+    }
+
     /// DeleteAcls: per filter, the bindings deleted or why not.
     pub async fn delete_acls(
         &self,
@@ -352,6 +373,8 @@ pub(super) struct TopicManager<E: Env> {
     /// The ACL binding files read, and the set they make.
     acl_files: crate::cluster::acls::AclFiles,
     acls: Arc<crate::acl::authorizer::AclSet>,
+    quotas: Arc<crate::quota::ClientQuotas>,
+    quota_files_unreadable: usize,
     topics: BTreeMap<String, Arc<TopicState>>,
     snapshot: watch::Sender<Arc<MetadataSnapshot>>,
     data_version: watch::Sender<u64>,
@@ -384,6 +407,8 @@ pub async fn start<E: Env>(
         group_configs: Arc::new(GroupConfigs::new()),
         effective: config.clone(),
         acls: Arc::default(),
+        quotas: Arc::default(),
+        quota_files_unreadable: 0,
     };
     let (snapshot, snapshot_rx) = watch::channel(Arc::new(empty));
     let (data_version, data_version_rx) = watch::channel(0u64);
@@ -395,6 +420,8 @@ pub async fn start<E: Env>(
         group_configs: Arc::new(GroupConfigs::new()),
         acl_files: Default::default(),
         acls: Arc::default(),
+        quotas: Arc::default(),
+        quota_files_unreadable: 0,
         topics: BTreeMap::new(),
         snapshot,
         data_version,
@@ -441,6 +468,8 @@ impl<E: Env> TopicManager<E> {
             group_configs: self.group_configs.clone(),
             effective: self.effective.clone(),
             acls: self.acls.clone(),
+            quotas: self.quotas.clone(),
+            quota_files_unreadable: self.quota_files_unreadable,
         }));
     }
 
@@ -511,6 +540,9 @@ impl<E: Env> TopicManager<E> {
                 }
                 Some(Command::DeleteAcls(filters, reply)) => {
                     let _ = reply.send(self.delete_acls(filters).await);
+                }
+                Some(Command::AlterQuotas { alterations, validate_only, reply }) => {
+                    let _ = reply.send(self.alter_quotas(alterations, validate_only).await);
                 }
                 Some(Command::RefreshGroupConfigs(reply)) => {
                     if self.rescan_group_configs().await {

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use kaas_core::broker::quotas::QuotaClient;
 use kaas_core::env::{Clock, Env};
 use kaas_core::partition::Isolation;
+use kaas_core::quota::QuotaKey;
 use kaas_core::topics::MetadataSnapshot;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
@@ -25,7 +27,19 @@ use std::collections::BTreeSet;
 /// The longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_MS_MAX: i32 = 60_000;
 
-pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRequest) -> Answer {
+pub fn handle<E: Env>(
+    ctx: &Context<E>,
+    header: &RequestHeader,
+    mut request: FetchRequest,
+    started: tokio::time::Instant,
+) -> Answer {
+    // A consumer with a quota asks for no more than its quota's window lets it take at once.
+    let client = ctx.quota_client(header);
+    if let Some(max) = ctx.broker.quota_window_max(QuotaKey::ConsumerByteRate, client) {
+        request.max_bytes = request.max_bytes.min(max.min(i32::MAX as f64) as i32);
+    }
+    let request_throttle = ctx.request_time(header, started);
+    let quota = (ctx.principal.clone(), client.client_id.to_string(), ctx.mute.clone());
     let header = header.clone();
     let topics = ctx.broker.topics.clone();
     let clock = ctx.broker.env.clock().clone();
@@ -68,6 +82,7 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
                 read_once(&topics.snapshot(), &request, header.request_api_version, broker.owns_now(), &denied).await;
             let waited_enough = clock.monotonic() >= deadline;
             if bytes >= request.min_bytes.max(0) as usize || waited_enough || bytes > 0 && request.min_bytes <= 1 {
+                let response = throttled(&broker, &quota, &header, response, bytes, request_throttle);
                 return encode(ApiKey::Fetch, &header, &response);
             }
             tokio::select! {
@@ -79,6 +94,32 @@ pub fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: FetchRe
             }
         }
     }))
+}
+
+/// The answer as the client's quotas let it go: over its fetch or request quota, the records
+/// are taken back from the fetch rate and the answer is empty, with the throttle time (as
+/// Apache answers a throttled fetch), and the connection muted.
+fn throttled<E: Env>(
+    broker: &kaas_core::Broker<E>,
+    (principal, client_id, mute): &(String, String, crate::throttle::Mute),
+    header: &RequestHeader,
+    response: FetchResponse,
+    bytes: usize,
+    request_throttle: u64,
+) -> FetchResponse {
+    let client = QuotaClient { principal, client_id };
+    let bandwidth = broker.record_quota(QuotaKey::ConsumerByteRate, client, bytes as f64);
+    let throttle = bandwidth.max(request_throttle);
+    let mut response = match throttle {
+        0 => response,
+        _ => {
+            broker.unrecord_quota(QuotaKey::ConsumerByteRate, client, bytes as f64);
+            mute.extend(broker.env.clock().now_ms(), bandwidth);
+            FetchResponse::default()
+        }
+    };
+    crate::throttle::tell(&mut response, header.request_api_version, throttle);
+    response
 }
 
 /// One pass over the requested partitions; returns the response and the record bytes in it.

@@ -24,6 +24,7 @@ mod offset_for_leader_epoch;
 mod offsets;
 mod produce;
 mod producers;
+mod quotas;
 mod reassignments;
 pub mod reference;
 mod scram;
@@ -32,7 +33,7 @@ mod share_groups;
 mod transactions;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kaas_core::env::Env;
+use kaas_core::env::{Clock, Env};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -102,6 +103,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeShareGroupOffsets, 0, 1),
     (ApiKey::AlterShareGroupOffsets, 0, 0),
     (ApiKey::DeleteShareGroupOffsets, 0, 0),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// The start offset by which a peer's AlterShareGroupOffsets asks the owner of a share
@@ -144,6 +147,7 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
     ctx.broker.metrics.request(raw_key);
     let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown api key {raw_key}"))?;
     let (min, max) = supported(key).ok_or_else(|| format!("unsupported api {key:?}"))?;
+    let request_size = frame.len();
     let mut body = frame;
     let header_version = key.request_header_version(version.clamp(min.max(0), max));
     let header = RequestHeader::decode(&mut body, header_version).map_err(|e| format!("bad request header: {e}"))?;
@@ -161,19 +165,29 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         return produce::refuse_old_version(&header, &mut body).map(Answer::Now);
     }
     tracing::trace!(api = ?key, version, correlation_id = header.correlation_id, "request");
-    // A handler that answers at once: decode, run, encode.
+    let started = ctx.broker.env.clock().monotonic();
+    // A handler that answers at once: decode, run, tell the client of its throttle, encode.
     macro_rules! now {
         ($handler:path) => {{
             let request = decode(&mut body, version)?;
-            let response = $handler(ctx, &header, request).await;
+            let mut response = $handler(ctx, &header, request).await;
+            crate::throttle::tell(&mut response, version, ctx.request_time(&header, started));
             Ok(Answer::Now(encode(key, &header, &response)))
+        }};
+    }
+    // A handler that answers later: its throttle for request time is a mute alone.
+    macro_rules! later {
+        ($answer:expr) => {{
+            let answer = $answer;
+            ctx.request_time(&header, started);
+            answer
         }};
     }
     match key {
         ApiKey::ApiVersions => now!(api_versions::handle),
         ApiKey::Metadata => now!(metadata::handle),
-        ApiKey::Produce => produce::handle(ctx, &header, decode(&mut body, version)?).await,
-        ApiKey::Fetch => Ok(fetch::handle(ctx, &header, decode(&mut body, version)?)),
+        ApiKey::Produce => produce::handle(ctx, &header, decode(&mut body, version)?, request_size, started).await,
+        ApiKey::Fetch => Ok(fetch::handle(ctx, &header, decode(&mut body, version)?, started)),
         ApiKey::ListOffsets => now!(list_offsets::handle),
         ApiKey::OffsetForLeaderEpoch => now!(offset_for_leader_epoch::handle),
         ApiKey::FindCoordinator => now!(find_coordinator::handle),
@@ -197,8 +211,8 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::DescribeConfigs => now!(configs::describe),
         ApiKey::IncrementalAlterConfigs => now!(configs::incremental_alter),
         ApiKey::AlterConfigs => now!(configs::alter_legacy),
-        ApiKey::JoinGroup => Ok(groups::join(ctx, &header, decode(&mut body, version)?)),
-        ApiKey::SyncGroup => Ok(groups::sync(ctx, &header, decode(&mut body, version)?)),
+        ApiKey::JoinGroup => later!(Ok(groups::join(ctx, &header, decode(&mut body, version)?))),
+        ApiKey::SyncGroup => later!(Ok(groups::sync(ctx, &header, decode(&mut body, version)?))),
         ApiKey::Heartbeat => now!(groups::heartbeat),
         ApiKey::LeaveGroup => now!(groups::leave),
         ApiKey::DescribeGroups => now!(groups::describe),
@@ -207,8 +221,8 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::ConsumerGroupDescribe => now!(consumer_groups::describe),
         ApiKey::ShareGroupHeartbeat => now!(share_groups::heartbeat),
         ApiKey::ShareGroupDescribe => now!(share_groups::describe),
-        ApiKey::ShareFetch => Ok(share_fetch::fetch(ctx, &header, decode(&mut body, version)?)),
-        ApiKey::ShareAcknowledge => Ok(share_fetch::acknowledge(ctx, &header, decode(&mut body, version)?)),
+        ApiKey::ShareFetch => later!(Ok(share_fetch::fetch(ctx, &header, decode(&mut body, version)?))),
+        ApiKey::ShareAcknowledge => later!(Ok(share_fetch::acknowledge(ctx, &header, decode(&mut body, version)?))),
         ApiKey::TxnShareAcknowledge => now!(share_fetch::txn_acknowledge),
         ApiKey::DescribeShareGroupOffsets => now!(share_groups::describe_offsets),
         ApiKey::AlterShareGroupOffsets => now!(share_groups::alter_offsets),
@@ -226,6 +240,8 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::TxnOffsetCommit => now!(transactions::txn_offset_commit),
         ApiKey::ListTransactions => now!(transactions::list_transactions),
         ApiKey::DescribeTransactions => now!(transactions::describe_transactions),
+        ApiKey::DescribeClientQuotas => now!(quotas::describe),
+        ApiKey::AlterClientQuotas => now!(quotas::alter),
         _ => Err(format!("no handler for {key:?}")),
     }
 }

@@ -14,6 +14,7 @@ use kaas_core::acl::{Operation, Resource};
 use kaas_core::broker::Produced;
 use kaas_core::env::Env;
 use kaas_core::participant::Join;
+use kaas_core::quota::QuotaKey;
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -31,6 +32,8 @@ pub async fn handle<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
     request: ProduceRequest,
+    request_size: usize,
+    started: tokio::time::Instant,
 ) -> Result<Answer, String> {
     let acks = request.acks;
     let version = header.request_api_version;
@@ -75,6 +78,11 @@ pub async fn handle<E: Env>(
         }
         topics.push((topic_data.name, topic_data.topic_id, name, partitions));
     }
+    // The client's produce quota counts the whole request, its request quota the time spent
+    // queueing it; over either, the connection is muted for the longer, even with acks=0.
+    let bandwidth = ctx.broker.record_quota(QuotaKey::ProducerByteRate, ctx.quota_client(header), request_size as f64);
+    ctx.mute(bandwidth);
+    let throttle = bandwidth.max(ctx.request_time(header, started));
     if acks == 0 {
         return Ok(Answer::Now(Response::Nothing));
     }
@@ -107,7 +115,8 @@ pub async fn handle<E: Env>(
                     .with_partition_responses(partition_responses),
             );
         }
-        let response = ProduceResponse::default().with_responses(responses);
+        let mut response = ProduceResponse::default().with_responses(responses);
+        crate::throttle::tell(&mut response, version, throttle);
         encode(ApiKey::Produce, &header, &response)
     })))
 }

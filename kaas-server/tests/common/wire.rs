@@ -13,13 +13,20 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 pub struct Wire {
     stream: TcpStream,
     correlation_id: i32,
+    client_id: String,
 }
 
 impl Wire {
     pub fn connect(bootstrap: &str) -> Wire {
         let stream = TcpStream::connect(bootstrap).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Wire { stream, correlation_id: 0 }
+        Wire { stream, correlation_id: 0, client_id: "kaas-wire-test".into() }
+    }
+
+    /// The client id the requests carry from now on.
+    pub fn with_client_id(mut self, client_id: &str) -> Wire {
+        self.client_id = client_id.into();
+        self
     }
 
     /// Connects and authenticates with SASL/PLAIN; panics if refused.
@@ -45,7 +52,7 @@ impl Wire {
             .with_request_api_key(key as i16)
             .with_request_api_version(version)
             .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("kaas-wire-test")));
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
         let mut body = BytesMut::new();
         header.encode(&mut body, key.request_header_version(version)).expect("encode header");
         request.encode(&mut body, version).expect("encode request");
@@ -65,6 +72,21 @@ impl Wire {
 
 /// A batch of `count` records from a producer, as a client encodes it.
 pub fn batch(producer: (i64, i16), base_sequence: i32, count: i32, transactional: bool) -> Bytes {
+    encode_batch(producer, base_sequence, count, transactional, |i| Bytes::from(format!("value-{i}")))
+}
+
+/// A batch of `count` records of `value_len` bytes each, from no producer in particular.
+pub fn batch_of(count: i32, value_len: usize) -> Bytes {
+    encode_batch((-1, -1), 0, count, false, |_| Bytes::from(vec![b'x'; value_len]))
+}
+
+fn encode_batch(
+    producer: (i64, i16),
+    base_sequence: i32,
+    count: i32,
+    transactional: bool,
+    value: impl Fn(i32) -> Bytes,
+) -> Bytes {
     use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
     let records: Vec<Record> = (0..count)
         .map(|i| Record {
@@ -79,7 +101,7 @@ pub fn batch(producer: (i64, i16), base_sequence: i32, count: i32, transactional
             sequence: if producer.0 < 0 { i - 1 } else { base_sequence + i },
             timestamp: 1_767_225_600_000 + i64::from(i),
             key: None,
-            value: Some(Bytes::from(format!("value-{i}"))),
+            value: Some(value(i)),
             headers: Default::default(),
         })
         .collect();
