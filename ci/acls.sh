@@ -208,7 +208,7 @@ throttles = []
 p = Producer({"bootstrap.servers": sys.argv[1], "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
               "sasl.username": "alice", "sasl.password": "alice-secret", "linger.ms": 50,
               "throttle_cb": lambda event: throttles.append(event.throttle_time)})
-for i in range(200):
+for i in range(120):
     p.produce("quota-alice", b"x" * 1024, partition=0)
 p.flush(30)
 p.poll(1)

@@ -323,6 +323,18 @@ impl Client {
         routed!(self, route, "acls", |c| c.topic_acl(create, topic, principal, operation, allow))
     }
 
+    /// AlterClientQuotas of a client id's `producer_byte_rate` (None: removed), through `host`.
+    pub async fn client_quota_on(&mut self, host: &str, client_id: &str, rate: Option<f64>) -> Outcome<()> {
+        let route = Route::Broker(host.to_string());
+        routed!(self, route, "quotas", |c| c.client_quota(client_id, rate))
+    }
+
+    /// A client id's `producer_byte_rate` as `host` describes it now.
+    pub async fn described_quota_on(&mut self, host: &str, client_id: &str) -> Outcome<Option<f64>> {
+        let route = Route::Broker(host.to_string());
+        routed!(self, route, "quotas", |c| c.described_quota(client_id))
+    }
+
     /// The broker hosts this client bootstraps from.
     pub fn bootstrap(&self) -> &[String] {
         &self.bootstrap

@@ -238,6 +238,51 @@ impl WireClient {
         }
     }
 
+    /// AlterClientQuotas of one client id's `producer_byte_rate`: set to `rate`, or removed.
+    pub async fn client_quota(&mut self, client_id: &str, rate: Option<f64>) -> Outcome<()> {
+        use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+        let entry = EntryData::default()
+            .with_entity(vec![
+                EntityData::default().with_entity_type(text("client-id")).with_entity_name(Some(text(client_id))),
+            ])
+            .with_ops(vec![
+                OpData::default()
+                    .with_key(text("producer_byte_rate"))
+                    .with_value(rate.unwrap_or(0.0))
+                    .with_remove(rate.is_none()),
+            ]);
+        let request = AlterClientQuotasRequest::default().with_entries(vec![entry]);
+        match self.call::<_, AlterClientQuotasResponse>(ApiKey::AlterClientQuotas, 1, &request).await {
+            Ok(r) => match r.entries.first().map_or(-1, |e| e.error_code) {
+                0 => Outcome::Ok(()),
+                code => Outcome::Failed(code),
+            },
+            Err(_) => Outcome::Indefinite,
+        }
+    }
+
+    /// DescribeClientQuotas of one client id: its `producer_byte_rate`, if it has one.
+    pub async fn described_quota(&mut self, client_id: &str) -> Outcome<Option<f64>> {
+        use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
+        let component = ComponentData::default()
+            .with_entity_type(text("client-id"))
+            .with_match_type(0)
+            .with_match(Some(text(client_id)));
+        let request = DescribeClientQuotasRequest::default().with_components(vec![component]).with_strict(true);
+        match self.call::<_, DescribeClientQuotasResponse>(ApiKey::DescribeClientQuotas, 1, &request).await {
+            Ok(r) if r.error_code == 0 => Outcome::Ok(
+                r.entries
+                    .unwrap_or_default()
+                    .iter()
+                    .flat_map(|e| &e.values)
+                    .find(|v| v.key.as_str() == "producer_byte_rate")
+                    .map(|v| v.value),
+            ),
+            Ok(r) => Outcome::Failed(r.error_code),
+            Err(_) => Outcome::Indefinite,
+        }
+    }
+
     /// CreateTopics of one topic: its error code (0 created, 36 already there).
     pub async fn create_topic_outcome(&mut self, name: &str, partitions: i32) -> Outcome<i16> {
         match self.create_topic(name, partitions).await {

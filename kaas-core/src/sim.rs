@@ -122,10 +122,13 @@ pub enum Mutant {
     /// A broker's rescan leaves out the ACLs: a binding made or taken back on a peer never
     /// reaches it.
     AclRescanSkipped,
+    /// A broker's rescan leaves out the client quotas: a quota set or removed on a peer never
+    /// reaches it.
+    QuotaRescanSkipped,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 40] = [
+    pub const ALL: [Mutant; 41] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -166,6 +169,7 @@ impl Mutant {
         Mutant::ShareDeadLetterSkipped,
         Mutant::ShareStageEpochUnchecked,
         Mutant::AclRescanSkipped,
+        Mutant::QuotaRescanSkipped,
     ];
 
     pub fn name(self) -> &'static str {
@@ -210,6 +214,7 @@ impl Mutant {
             Mutant::ShareDeadLetterSkipped => "share-dead-letter-skipped",
             Mutant::ShareStageEpochUnchecked => "share-stage-epoch-unchecked",
             Mutant::AclRescanSkipped => "acl-rescan-skipped",
+            Mutant::QuotaRescanSkipped => "quota-rescan-skipped",
         }
     }
 

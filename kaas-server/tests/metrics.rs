@@ -2,32 +2,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::Kaas;
 use common::wire::Wire;
+use common::{Kaas, get, sample};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-
-fn get(port: u16, path: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("the metrics endpoint");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    // In two writes, as a client may send it: the endpoint reads the whole head first.
-    stream.write_all(format!("GET {path} HTTP/1.1\r\n").as_bytes()).unwrap();
-    std::thread::sleep(Duration::from_millis(20));
-    stream.write_all(b"Host: kaas\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("an answer");
-    answer
-}
-
-/// The value of the sample `name` (with its labels, as printed) in a scrape.
-fn sample(scrape: &str, name: &str) -> Option<f64> {
-    scrape.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 #[test]
 fn a_scrape_counts_requests_connections_and_owned_partitions() {

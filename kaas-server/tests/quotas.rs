@@ -170,7 +170,7 @@ fn quotas_are_altered_and_described_as_apache_does() {
 
 #[test]
 fn a_producer_over_its_quota_is_throttled_and_muted() {
-    let kaas = Kaas::start("quotas-produce", &WINDOWS);
+    let kaas = Kaas::with_metrics("quotas-produce", &WINDOWS);
     let mut admin = Wire::connect(&kaas.bootstrap());
     create_topic(&mut admin, "metered");
     assert_eq!(alter(&mut admin, &[("client-id", Some("slow"))], &[("producer_byte_rate", Some(10_240.0))], false), 0);
@@ -187,6 +187,13 @@ fn a_producer_over_its_quota_is_throttled_and_muted() {
     let mut fast = Wire::connect(&kaas.bootstrap()).with_client_id("fast");
     assert_eq!(produce(&mut fast, "metered", batch_of(30, 1024)), (0, 0));
     assert!(next_request_waits(&mut fast) < Duration::from_millis(1000));
+
+    let scrape = common::get(kaas.metrics_port.expect("metrics"), "/metrics");
+    let throttles = common::sample(&scrape, r#"kaas_throttles_total{quota="producer_byte_rate"}"#);
+    assert_eq!(throttles, Some(1.0), "{scrape}");
+    let throttled_ms = common::sample(&scrape, r#"kaas_throttle_time_milliseconds_total{quota="producer_byte_rate"}"#);
+    assert_eq!(throttled_ms, Some(f64::from(throttle_ms)), "{scrape}");
+    assert_eq!(common::sample(&scrape, "kaas_client_quota_entities"), Some(1.0), "{scrape}");
 }
 
 #[test]

@@ -189,6 +189,12 @@ pub const SPECS: &[MutantSpec] = &[
         catches: &["acl-not-enforced"],
         scenarios: &["acl-propagation"],
     },
+    MutantSpec {
+        mutant: Mutant::QuotaRescanSkipped,
+        // A quota set through one broker is never described (nor enforced) by another.
+        catches: &["quota-not-propagated"],
+        scenarios: &["quota-propagation"],
+    },
 ];
 
 pub fn spec(mutant: Mutant) -> &'static MutantSpec {

@@ -93,7 +93,9 @@ impl<E: Env> TopicManager<E> {
         if !crate::mutant!(AclRescanSkipped) {
             changed |= self.rescan_acls().await;
         }
-        changed |= self.rescan_quotas().await;
+        if !crate::mutant!(QuotaRescanSkipped) {
+            changed |= self.rescan_quotas().await;
+        }
         let listed = match self.env.volume().list(TOPICS_DIR).await {
             Ok(names) => names,
             Err(e) => {

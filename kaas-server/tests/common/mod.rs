@@ -3,6 +3,7 @@
 
 pub mod wire;
 
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -209,4 +210,22 @@ impl Drop for Kaas {
             let _ = std::fs::remove_dir_all(&self.data_dir);
         }
     }
+}
+
+/// GET `path` of the metrics endpoint on `port`: the whole HTTP answer.
+pub fn get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("the metrics endpoint");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // In two writes, as a client may send it: the endpoint reads the whole head first.
+    stream.write_all(format!("GET {path} HTTP/1.1\r\n").as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    stream.write_all(b"Host: kaas\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("an answer");
+    answer
+}
+
+/// The value of the sample `name` (with its labels, as printed) in a scrape.
+pub fn sample(scrape: &str, name: &str) -> Option<f64> {
+    scrape.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }

@@ -9,6 +9,7 @@ pub mod common;
 pub mod copier;
 pub mod groups;
 pub mod idempotence;
+pub mod quotas;
 pub mod reassign;
 pub mod share;
 pub mod share_copy;
@@ -179,6 +180,10 @@ pub const ALL: &[Scenario] = &[
     scenario::<acls::AclPropagation>(
         "acl-propagation",
         "a DENY made and taken back through any broker while a producer writes and brokers crash, pause and lose the volume: in force everywhere within its bound",
+    ),
+    scenario::<quotas::QuotaPropagation>(
+        "quota-propagation",
+        "a client quota set and removed through any broker while brokers crash, pause and lose the volume: described (and enforced) everywhere within its bound",
     ),
     scenario::<topics::TopicChurn>(
         "topic-churn",
