@@ -60,18 +60,22 @@ pub struct Context<E: Env> {
 impl<E: Env> Context<E> {
     /// Who asks, for the authorizer: the principal and the client's address without its port.
     pub fn requester(&self) -> kaas_core::acl::authorizer::Requester<'_> {
-        let host = match self.peer.parse::<std::net::SocketAddr>() {
-            Ok(_) => self.peer.rsplit_once(':').map_or(self.peer.as_str(), |(h, _)| h),
-            Err(_) => self.peer.as_str(),
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        kaas_core::acl::authorizer::Requester { principal: &self.principal, host }
+        kaas_core::acl::authorizer::Requester { principal: &self.principal, host: host_of(&self.peer) }
     }
 
     /// Whether the client may do `operation` on `resource`.
     pub fn authorized(&self, operation: kaas_core::acl::Operation, resource: kaas_core::acl::Resource) -> bool {
         self.from_broker || self.broker.authorized(self.requester(), operation, resource)
     }
+}
+
+/// A peer's address without its port (`10.0.0.1` of `10.0.0.1:5000`, `::1` of `[::1]:5000`).
+pub fn host_of(peer: &str) -> &str {
+    let host = match peer.parse::<std::net::SocketAddr>() {
+        Ok(_) => peer.rsplit_once(':').map_or(peer, |(h, _)| h),
+        Err(_) => peer,
+    };
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 enum Slot {
@@ -91,6 +95,7 @@ pub async fn serve<E: Env, S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let max_bytes = broker.config.socket_request_max_bytes;
+    let max_unauthenticated = broker.config.sasl_server_max_receive_size.min(max_bytes);
     let spawner = broker.env.spawner().clone();
     let connection_id = broker.next_connection_id();
     // Peers call on the inter-broker listener, and prove there that they are brokers.
@@ -124,7 +129,10 @@ pub async fn serve<E: Env, S>(
         let frame = tokio::select! {
             biased;
             _ = shutdown.wait_for(|stop| *stop) => break,
-            frame = frame::read_frame(&mut reader, max_bytes) => frame,
+            // Before authenticating, a client may send only small requests
+            // (`sasl.server.max.receive.size`), so an unknown one cannot make the broker
+            // hold 100 MiB for it.
+            frame = frame::read_frame(&mut reader, if auth.pending() { max_unauthenticated } else { max_bytes }) => frame,
         };
         let frame = match frame {
             Ok(frame) => {

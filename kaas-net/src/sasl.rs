@@ -105,6 +105,11 @@ impl Auth {
         matches!(self, Auth::Authenticated { broker: true, .. })
     }
 
+    /// Whether the client has yet to authenticate (a SASL listener's, until it has).
+    pub fn pending(&self) -> bool {
+        !self.done()
+    }
+
     /// Whether requests other than ApiVersions and SASL's may be served.
     fn done(&self) -> bool {
         matches!(self, Auth::Open { .. } | Auth::Authenticated { .. })

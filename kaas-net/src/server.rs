@@ -97,16 +97,35 @@ impl<E: Env> Server<E> {
         }
         let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));
         let mut backoff_ms = 1;
+        let config = self.broker.config.clone();
+        // The inter-broker listener's connections do not count towards `max.connections`,
+        // unless it is the broker's only listener (as Apache protects it).
+        let clients = *self.spec.name != *config.inter_broker_listener_name || config.advertised_listeners.len() <= 1;
+        let open = self.broker.open_connections.clone();
         loop {
             let permit = limit.clone().acquire_owned().await.expect("semaphore is never closed");
             let accepted = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|stop| *stop) => break,
-                accepted = self.listener.accept() => accepted,
+                // Beyond `max.connections`, clients wait in the listen backlog, as in Apache.
+                accepted = async {
+                    if clients {
+                        open.room(&config).await;
+                    }
+                    self.listener.accept().await
+                } => accepted,
             };
             match accepted {
                 Ok((stream, peer)) => {
                     backoff_ms = 1;
+                    let slot = match open.open(&config, connection::host_of(&peer), clients) {
+                        Ok(slot) => slot,
+                        Err(refused) => {
+                            kaas_core::broker::metrics::BrokerMetrics::add(&self.broker.metrics.connections_refused, 1);
+                            tracing::info!(%peer, listener = %self.spec.name, limit = refused.limit, "too many connections from this address: closed");
+                            continue;
+                        }
+                    };
                     let broker = self.broker.clone();
                     let shutdown = shutdown.clone();
                     let (name, handshake) = (self.spec.name.clone(), self.spec.handshake.clone());
@@ -131,7 +150,7 @@ impl<E: Env> Server<E> {
                                 }
                             }
                         }
-                        drop(permit);
+                        drop((permit, slot));
                     });
                 }
                 Err(e) => {

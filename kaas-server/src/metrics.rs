@@ -67,6 +67,12 @@ impl Collector for BrokerCollector {
         )?;
         counter(
             &mut encoder,
+            "kaas_connections_refused",
+            "Connections closed at once, over max.connections.per.ip",
+            load(&m.connections_refused),
+        )?;
+        counter(
+            &mut encoder,
             "kaas_authentication_failures",
             "SASL authentications refused",
             load(&m.authentication_failures),

@@ -14,6 +14,8 @@ pub struct BrokerMetrics {
     requests: [AtomicU64; API_KEYS],
     pub connections_accepted: AtomicU64,
     pub connections_open: AtomicI64,
+    /// Connections closed at once for `max.connections.per.ip`.
+    pub connections_refused: AtomicU64,
     pub authentication_failures: AtomicU64,
     pub authorization_failures: AtomicU64,
     pub bytes_in: AtomicU64,
@@ -33,6 +35,7 @@ impl Default for BrokerMetrics {
             requests: std::array::from_fn(|_| AtomicU64::new(0)),
             connections_accepted: AtomicU64::new(0),
             connections_open: AtomicI64::new(0),
+            connections_refused: AtomicU64::new(0),
             authentication_failures: AtomicU64::new(0),
             authorization_failures: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),

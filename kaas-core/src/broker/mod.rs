@@ -20,6 +20,7 @@ use crate::txn::markers;
 use crate::txn::peers::Markers;
 
 mod acls;
+pub mod connections;
 mod dead_letter;
 pub mod metrics;
 pub mod quotas;
@@ -52,6 +53,8 @@ pub struct Broker<E: Env> {
     pub broker_secret: Arc<crate::cluster::broker_auth::BrokerSecret>,
     /// Share sessions (KIP-932), per (group, member), each tied to the connection that opened it.
     share_sessions: share::ShareSessionsHandle,
+    /// The connections open, by address, against the connection limits.
+    pub open_connections: Arc<connections::Connections>,
     /// Connections accepted so far: each is numbered, for its share sessions.
     connections: Arc<std::sync::atomic::AtomicU64>,
     /// The marker watcher stops when the last clone of the broker is dropped.
@@ -103,6 +106,7 @@ impl<E: Env> Broker<E> {
             rates: Default::default(),
             share_sessions: Default::default(),
             connections: Default::default(),
+            open_connections: Default::default(),
             _marker_watcher,
         })
     }

@@ -48,6 +48,16 @@ pub struct BrokerConfig {
     pub log_retention_check_interval_ms: u64,
     pub message_max_bytes: i32,
     pub socket_request_max_bytes: usize,
+    /// The largest request a connection may send before SASL authenticated it
+    /// (`sasl.server.max.receive.size`).
+    pub sasl_server_max_receive_size: usize,
+    /// Client connections open at once, broker-wide (`max.connections`; the inter-broker
+    /// listener's are not counted): more wait to be accepted.
+    pub max_connections: usize,
+    /// Connections open at once from one address (`max.connections.per.ip`, and
+    /// `max.connections.per.ip.overrides` by address): more are closed at once.
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: std::collections::BTreeMap<String, usize>,
     pub group_initial_rebalance_delay_ms: i64,
     pub group_min_session_timeout_ms: i32,
     pub group_max_session_timeout_ms: i32,
@@ -168,6 +178,10 @@ impl Default for BrokerConfig {
             log_retention_check_interval_ms: 300_000,
             message_max_bytes: 1_048_588,
             socket_request_max_bytes: 104_857_600,
+            sasl_server_max_receive_size: 524_288,
+            max_connections: i32::MAX as usize,
+            max_connections_per_ip: i32::MAX as usize,
+            max_connections_per_ip_overrides: Default::default(),
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,

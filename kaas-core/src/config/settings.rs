@@ -338,6 +338,49 @@ pub const SETTINGS: &[Setting] = &[
         "The largest request a connection may send; a larger one closes it."
     ),
     field!(
+        "sasl.server.max.receive.size",
+        sasl_server_max_receive_size,
+        Static,
+        "The largest request a connection of a SASL listener may send before it has authenticated; a larger one closes it."
+    ),
+    field!(
+        "max.connections",
+        max_connections,
+        Static,
+        "Client connections open at once on this broker, over every listener but the inter-broker one; a client beyond it waits to be accepted."
+    ),
+    field!(
+        "max.connections.per.ip",
+        max_connections_per_ip,
+        Static,
+        "Connections open at once from one IP address; one more is closed as soon as it is accepted."
+    ),
+    Setting {
+        name: "max.connections.per.ip.overrides",
+        change: Static,
+        doc: "Per-address exceptions to `max.connections.per.ip`, `ADDRESS:COUNT,...` (IP addresses as the broker sees them).",
+        set: Some(|c, v| {
+            let mut overrides = std::collections::BTreeMap::new();
+            for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                let (address, count) = entry
+                    .rsplit_once(':')
+                    .ok_or_else(|| format!("max.connections.per.ip.overrides: {entry:?} is not ADDRESS:COUNT"))?;
+                let address = address.trim_start_matches('[').trim_end_matches(']');
+                address
+                    .parse::<std::net::IpAddr>()
+                    .map_err(|_| format!("max.connections.per.ip.overrides: {address:?} is not an IP address"))?;
+                overrides.insert(address.to_string(), parse("max.connections.per.ip.overrides", count)?);
+            }
+            c.max_connections_per_ip_overrides = overrides;
+            Ok(())
+        }),
+        get: |c| {
+            let entries: Vec<String> =
+                c.max_connections_per_ip_overrides.iter().map(|(a, n)| format!("{a}:{n}")).collect();
+            entries.join(",")
+        },
+    },
+    field!(
         "max.request.partition.size.limit",
         max_request_partition_size_limit,
         Static,
