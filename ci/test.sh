@@ -30,8 +30,10 @@ section "client scripts"
 bash ci/clients.sh
 section "SSL and SASL listeners: Java, kafka-python, confluent-kafka; mutual TLS; a certificate replaced; SASL/PLAIN; 3 brokers"
 bash ci/security.sh
-section "ACLs on 3 brokers: kafka-acls, confluent-kafka transactions as a granted user, a refused user, kafka-python's admin"
+section "ACLs and client quotas on 3 brokers: kafka-acls, kafka-configs, confluent-kafka transactions as a granted user, a refused user, kafka-python's admin"
 bash ci/acls.sh
+section "OAUTHBEARER (signed and unsecured tokens) and re-authentication: the Java client, confluent-kafka"
+bash ci/oauth.sh
 section "exactly-once copies under broker kills (TransactionalMessageCopier, franz-go)"
 bash ci/kills.sh
 section "share consumers under consumer and broker bounces (VerifiableShareConsumer), 1 and 3 brokers"

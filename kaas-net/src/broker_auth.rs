@@ -57,7 +57,7 @@ impl Exchange for BrokerExchange {
                 None => Step::Failed("no broker id".into()),
             },
             Some(id) if self.secret.verify(id, &self.nonce, client) => {
-                Step::Done { user: format!("kaas-broker-{id}"), answer: Bytes::new() }
+                Step::Done { user: format!("kaas-broker-{id}"), answer: Bytes::new(), expires_at_ms: None }
             }
             Some(id) => Step::Failed(format!("broker {id}: not this cluster's secret")),
         }

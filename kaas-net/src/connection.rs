@@ -103,7 +103,7 @@ pub async fn serve<E: Env, S>(
         Arc::new(crate::broker_auth::BrokerMechanism { env: broker.env.clone(), secret: broker.broker_secret.clone() })
             as Arc<dyn Mechanisms>
     });
-    let mut auth = Auth::new(sasl, peers);
+    let mut auth = Auth::new(sasl, peers).with_max_reauth_ms(broker.config.connections_max_reauth_ms);
     // A client certificate names the principal of an SSL listener's connection; SASL's, once
     // authenticated, wins on SASL_SSL, as in Apache.
     let principal_of = |auth: &Auth| match (&certified, auth.is_authenticated()) {
@@ -159,7 +159,7 @@ pub async fn serve<E: Env, S>(
             }
         }
         let mut closing = false;
-        let verdict = auth.check(&frame);
+        let verdict = auth.check(&frame, clock.now_ms());
         let dispatched = match verdict {
             Verdict::Serve => api::dispatch(&ctx, frame).await,
             Verdict::Answer(response) => {

@@ -7,6 +7,12 @@
 //! ILLEGAL_SASL_STATE, as Apache's request handler answers them, except kaas's own KAAS-BROKER
 //! on the inter-broker listener, by which a peer proves it is a broker of the cluster
 //! (`broker_auth.rs`).
+//!
+//! Re-authentication (KIP-368): with `connections.max.reauth.ms` set, a session lasts that long
+//! at most (less if the credential expires sooner, as an OAUTHBEARER token does), the client is
+//! told so in SaslAuthenticate's `session_lifetime_ms`, and may authenticate again on the same
+//! connection, by the same mechanism and as the same principal, before it ends; a request
+//! after the end closes the connection.
 
 use std::sync::Arc;
 
@@ -31,7 +37,8 @@ pub enum Step {
     /// More to exchange: this goes back to the client.
     Continue(Bytes),
     /// Authenticated as `user`; `answer` goes back (SCRAM's server-final message).
-    Done { user: String, answer: Bytes },
+    /// `expires_at_ms`: when the credential itself expires (an OAUTHBEARER token's `exp`).
+    Done { user: String, answer: Bytes, expires_at_ms: Option<i64> },
     /// Refused: the reason is logged; the client hears only that authentication failed.
     Failed(String),
 }
@@ -48,20 +55,43 @@ pub trait Mechanisms: Send + Sync {
     fn start(&self, mechanism: &str) -> Option<Box<dyn Exchange>>;
 }
 
-/// A connection's authentication.
-pub enum Auth {
+/// A connection's authentication: where it is, and how long a session may last
+/// (`connections.max.reauth.ms`; 0: for ever, and no re-authentication).
+pub struct Auth {
+    state: AuthState,
+    max_reauth_ms: i64,
+}
+
+enum AuthState {
     /// Not a SASL listener: every request is served. On the inter-broker listener a peer
     /// broker proves itself with `KAAS-BROKER` (`peers`), kaas's own mechanism.
-    Open { peers: Option<Arc<dyn Mechanisms>> },
+    Open {
+        peers: Option<Arc<dyn Mechanisms>>,
+    },
     /// A SASL listener before its handshake.
     Handshake(Arc<dyn Mechanisms>),
-    /// A mechanism chosen: SaslAuthenticate until it is done.
-    Exchanging { mechanism: String, exchange: Box<dyn Exchange> },
-    Authenticated {
-        user: String,
-        /// A broker of this cluster (`KAAS-BROKER`): its own calls are a broker's.
-        broker: bool,
+    /// A mechanism chosen: SaslAuthenticate until it is done. Re-authenticating, the session
+    /// it renews.
+    Exchanging {
+        mechanism: String,
+        exchange: Box<dyn Exchange>,
+        mechanisms: Arc<dyn Mechanisms>,
+        renews: Option<Session>,
     },
+    Authenticated(Session),
+}
+
+/// An authenticated session.
+#[derive(Clone)]
+struct Session {
+    user: String,
+    /// A broker of this cluster (`KAAS-BROKER`): its own calls are a broker's.
+    broker: bool,
+    mechanism: String,
+    /// Its listener's mechanisms, for a re-authentication (none for a broker's).
+    mechanisms: Option<Arc<dyn Mechanisms>>,
+    /// When it ends (KIP-368), if it does.
+    expires_at_ms: Option<i64>,
 }
 
 /// What the connection does with a request, given its authentication.
@@ -81,28 +111,43 @@ impl Auth {
     /// `mechanisms` of a SASL listener, or `peers` (the brokers' mechanism) on the
     /// inter-broker listener, which is never a SASL one.
     pub fn new(mechanisms: Option<Arc<dyn Mechanisms>>, peers: Option<Arc<dyn Mechanisms>>) -> Auth {
-        match mechanisms {
-            None => Auth::Open { peers },
-            Some(m) => Auth::Handshake(m),
+        let state = match mechanisms {
+            None => AuthState::Open { peers },
+            Some(m) => AuthState::Handshake(m),
+        };
+        Auth { state, max_reauth_ms: 0 }
+    }
+
+    /// Sessions last `max_reauth_ms` at most (`connections.max.reauth.ms`; 0: for ever).
+    pub fn with_max_reauth_ms(mut self, max_reauth_ms: i64) -> Auth {
+        self.max_reauth_ms = max_reauth_ms.max(0);
+        self
+    }
+
+    /// The session, also while it is being renewed.
+    fn session(&self) -> Option<&Session> {
+        match &self.state {
+            AuthState::Authenticated(s) | AuthState::Exchanging { renews: Some(s), .. } => Some(s),
+            _ => None,
         }
     }
 
     /// The principal of the connection, as Kafka names principals.
     pub fn principal(&self) -> String {
-        match self {
-            Auth::Authenticated { user, .. } => format!("User:{user}"),
-            _ => "User:ANONYMOUS".to_string(),
+        match self.session() {
+            Some(s) => format!("User:{}", s.user),
+            None => "User:ANONYMOUS".to_string(),
         }
     }
 
     /// Whether SASL authenticated the client.
     pub fn is_authenticated(&self) -> bool {
-        matches!(self, Auth::Authenticated { .. })
+        self.session().is_some()
     }
 
     /// Whether a broker of this cluster is on the other end (it proved it knows the secret).
     pub fn is_broker(&self) -> bool {
-        matches!(self, Auth::Authenticated { broker: true, .. })
+        self.session().is_some_and(|s| s.broker)
     }
 
     /// Whether the client has yet to authenticate (a SASL listener's, until it has).
@@ -112,20 +157,27 @@ impl Auth {
 
     /// Whether requests other than ApiVersions and SASL's may be served.
     fn done(&self) -> bool {
-        matches!(self, Auth::Open { .. } | Auth::Authenticated { .. })
+        matches!(self.state, AuthState::Open { .. } | AuthState::Authenticated(_))
     }
 
-    /// Looks at a request before it is dispatched: SASL's are answered here, and nothing but
-    /// ApiVersions goes through before authentication.
-    pub fn check(&mut self, frame: &Bytes) -> Verdict {
+    /// Looks at a request before it is dispatched, at `now_ms`: SASL's are answered here,
+    /// nothing but ApiVersions goes through before authentication, and nothing at all once the
+    /// session has ended.
+    pub fn check(&mut self, frame: &Bytes, now_ms: i64) -> Verdict {
         if frame.len() < 4 {
             return Verdict::Serve; // dispatch refuses it
         }
         let key = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]]));
         let version = i16::from_be_bytes([frame[2], frame[3]]);
+        if let AuthState::Authenticated(s) = &self.state
+            && s.expires_at_ms.is_some_and(|end| end <= now_ms)
+            && key != Ok(ApiKey::SaslHandshake)
+        {
+            return Verdict::Close(format!("{}'s session ended and was not renewed (KIP-368)", s.user));
+        }
         match key {
             Ok(ApiKey::SaslHandshake) => self.handshake(frame.clone(), version),
-            Ok(ApiKey::SaslAuthenticate) => self.authenticate(frame.clone(), version),
+            Ok(ApiKey::SaslAuthenticate) => self.authenticate(frame.clone(), version, now_ms),
             Ok(ApiKey::ApiVersions) => Verdict::Serve,
             _ if self.done() => Verdict::Serve,
             Ok(key) => Verdict::Close(format!("{key:?} before SASL authentication")),
@@ -143,51 +195,83 @@ impl Auth {
             api::encode(ApiKey::SaslHandshake, &header, &response)
         };
         let mechanism = request.mechanism.to_string();
-        let mechanisms = match self {
-            Auth::Handshake(mechanisms) => mechanisms.clone(),
-            Auth::Open { peers: Some(peers) } if mechanism == BROKER_MECHANISM => peers.clone(),
+        let (mechanisms, renews) = match &self.state {
+            AuthState::Handshake(mechanisms) => (mechanisms.clone(), None),
+            AuthState::Open { peers: Some(peers) } if mechanism == BROKER_MECHANISM => (peers.clone(), None),
+            // A session that ends may be renewed, by the mechanism that began it (KIP-368).
+            AuthState::Authenticated(s) if s.expires_at_ms.is_some() => match &s.mechanisms {
+                Some(m) if s.mechanism == mechanism => (m.clone(), Some(s.clone())),
+                Some(_) => return Verdict::Answer(answer(UNSUPPORTED_SASL_MECHANISM, vec![s.mechanism.clone()])),
+                None => return Verdict::Answer(answer(ILLEGAL_SASL_STATE, Vec::new())),
+            },
             _ => return Verdict::Answer(answer(ILLEGAL_SASL_STATE, Vec::new())),
         };
         match mechanisms.start(&mechanism) {
             Some(exchange) => {
                 let enabled = mechanisms.enabled();
-                *self = Auth::Exchanging { mechanism, exchange };
+                self.state = AuthState::Exchanging { mechanism, exchange, mechanisms, renews };
                 Verdict::Answer(answer(0, enabled))
             }
             None => Verdict::Answer(answer(UNSUPPORTED_SASL_MECHANISM, mechanisms.enabled())),
         }
     }
 
-    fn authenticate(&mut self, frame: Bytes, version: i16) -> Verdict {
+    fn authenticate(&mut self, frame: Bytes, version: i16, now_ms: i64) -> Verdict {
         let Some((header, request)) = decode::<SaslAuthenticateRequest>(ApiKey::SaslAuthenticate, frame, version)
         else {
             return Verdict::Close("an undecodable SaslAuthenticate".into());
         };
-        let answer = |code: i16, message: Option<&str>, bytes: Bytes| {
+        let answer = |code: i16, message: Option<&str>, bytes: Bytes, lifetime_ms: i64| {
             let response = SaslAuthenticateResponse::default()
                 .with_error_code(code)
                 .with_error_message(message.map(|m| StrBytes::from_string(m.to_string())))
-                .with_auth_bytes(bytes);
+                .with_auth_bytes(bytes)
+                .with_session_lifetime_ms(if version >= 1 { lifetime_ms } else { 0 });
             api::encode(ApiKey::SaslAuthenticate, &header, &response)
         };
-        let Auth::Exchanging { mechanism, exchange } = self else {
-            return Verdict::Answer(answer(ILLEGAL_SASL_STATE, Some("no SASL exchange is under way"), Bytes::new()));
+        let AuthState::Exchanging { mechanism, exchange, mechanisms, renews } = &mut self.state else {
+            return Verdict::Answer(answer(ILLEGAL_SASL_STATE, Some("no SASL exchange is under way"), Bytes::new(), 0));
+        };
+        let refuse = |mechanism: &str, why: String| {
+            let message = format!(
+                "Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
+            );
+            Verdict::Refuse(
+                answer(SASL_AUTHENTICATION_FAILED, Some(&message), Bytes::new(), 0),
+                format!("{mechanism}: {why}"),
+            )
         };
         match exchange.step(&request.auth_bytes) {
-            Step::Continue(bytes) => Verdict::Answer(answer(0, None, bytes)),
-            Step::Done { user, answer: bytes } => {
-                tracing::debug!(%user, %mechanism, "authenticated");
+            Step::Continue(bytes) => Verdict::Answer(answer(0, None, bytes, 0)),
+            Step::Done { user, answer: bytes, expires_at_ms } => {
+                if let Some(renewed) = renews.as_ref().filter(|s| s.user != user) {
+                    let why = format!("{} re-authenticated as {user}: a connection keeps its principal", renewed.user);
+                    return refuse(mechanism, why);
+                }
+                if expires_at_ms.is_some_and(|end| end <= now_ms) {
+                    return refuse(mechanism, format!("{user}'s credential has expired"));
+                }
+                // The session ends with the credential, or after connections.max.reauth.ms if
+                // sooner; without that setting, never (KIP-368: re-authentication is opt-in).
+                let session_end = (self.max_reauth_ms > 0).then(|| {
+                    let max = now_ms.saturating_add(self.max_reauth_ms);
+                    expires_at_ms.map_or(max, |end| end.min(max))
+                });
+                tracing::debug!(%user, %mechanism, renewed = renews.is_some(), "authenticated");
                 let broker = mechanism == BROKER_MECHANISM;
-                *self = Auth::Authenticated { user, broker };
-                Verdict::Answer(answer(0, None, bytes))
+                let mechanisms = (!broker).then(|| mechanisms.clone());
+                let lifetime_ms = session_end.map_or(0, |end| end - now_ms);
+                let mechanism = mechanism.clone();
+                self.state = AuthState::Authenticated(Session {
+                    user,
+                    broker,
+                    mechanism,
+                    mechanisms,
+                    expires_at_ms: session_end,
+                });
+                Verdict::Answer(answer(0, None, bytes, lifetime_ms))
             }
-            Step::Failed(why) => {
-                let why = format!("{mechanism}: {why}");
-                let message = format!(
-                    "Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
-                );
-                Verdict::Refuse(answer(SASL_AUTHENTICATION_FAILED, Some(&message), Bytes::new()), why)
-            }
+            Step::Failed(why) => refuse(mechanism, why),
         }
     }
 }
@@ -217,7 +301,10 @@ mod tests {
     impl Exchange for FakeExchange {
         fn step(&mut self, client: &[u8]) -> Step {
             match client {
-                b"ok" => Step::Done { user: "alice".into(), answer: Bytes::new() },
+                b"ok" => Step::Done { user: "alice".into(), answer: Bytes::new(), expires_at_ms: None },
+                b"bob" => Step::Done { user: "bob".into(), answer: Bytes::new(), expires_at_ms: None },
+                // A credential that expires at 1 s, as an OAUTHBEARER token does.
+                b"short" => Step::Done { user: "alice".into(), answer: Bytes::new(), expires_at_ms: Some(1000) },
                 _ => Step::Failed("not ok".into()),
             }
         }
@@ -266,27 +353,76 @@ mod tests {
     fn nothing_but_api_versions_before_authentication_and_sasl_in_its_order() {
         let metadata = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
         let mut auth = Auth::new(Some(Arc::new(Fake)), None);
-        assert!(matches!(auth.check(&metadata), Verdict::Close(_)), "Metadata before authentication");
-        assert_eq!(code(auth.check(&authenticate(&b"ok"[..])), ApiKey::SaslAuthenticate, 2), ILLEGAL_SASL_STATE);
-        assert_eq!(code(auth.check(&handshake("GSSAPI")), ApiKey::SaslHandshake, 1), UNSUPPORTED_SASL_MECHANISM);
-        assert_eq!(code(auth.check(&handshake("PLAIN")), ApiKey::SaslHandshake, 1), 0);
-        assert!(matches!(auth.check(&metadata), Verdict::Close(_)), "Metadata mid-exchange");
-        assert_eq!(code(auth.check(&authenticate(&b"ok"[..])), ApiKey::SaslAuthenticate, 2), 0);
+        assert!(matches!(auth.check(&metadata, 0), Verdict::Close(_)), "Metadata before authentication");
+        assert_eq!(code(auth.check(&authenticate(&b"ok"[..]), 0), ApiKey::SaslAuthenticate, 2), ILLEGAL_SASL_STATE);
+        assert_eq!(code(auth.check(&handshake("GSSAPI"), 0), ApiKey::SaslHandshake, 1), UNSUPPORTED_SASL_MECHANISM);
+        assert_eq!(code(auth.check(&handshake("PLAIN"), 0), ApiKey::SaslHandshake, 1), 0);
+        assert!(matches!(auth.check(&metadata, 0), Verdict::Close(_)), "Metadata mid-exchange");
+        assert_eq!(code(auth.check(&authenticate(&b"ok"[..]), 0), ApiKey::SaslAuthenticate, 2), 0);
         assert_eq!(auth.principal(), "User:alice");
-        assert!(matches!(auth.check(&metadata), Verdict::Serve));
-        assert_eq!(code(auth.check(&handshake("PLAIN")), ApiKey::SaslHandshake, 1), ILLEGAL_SASL_STATE, "once done");
+        assert!(matches!(auth.check(&metadata, 0), Verdict::Serve));
+        assert_eq!(code(auth.check(&handshake("PLAIN"), 0), ApiKey::SaslHandshake, 1), ILLEGAL_SASL_STATE, "once done");
 
         let mut refused = Auth::new(Some(Arc::new(Fake)), None);
-        refused.check(&handshake("PLAIN"));
-        let verdict = refused.check(&authenticate(&b"guess"[..]));
+        refused.check(&handshake("PLAIN"), 0);
+        let verdict = refused.check(&authenticate(&b"guess"[..]), 0);
         assert!(matches!(verdict, Verdict::Refuse(..)));
         assert_eq!(code(verdict, ApiKey::SaslAuthenticate, 2), SASL_AUTHENTICATION_FAILED);
         assert_eq!(refused.principal(), "User:ANONYMOUS");
 
         let mut open = Auth::new(None, None);
-        assert!(matches!(open.check(&metadata), Verdict::Serve));
-        assert_eq!(code(open.check(&handshake("PLAIN")), ApiKey::SaslHandshake, 1), ILLEGAL_SASL_STATE);
-        assert_eq!(code(open.check(&handshake(BROKER_MECHANISM)), ApiKey::SaslHandshake, 1), ILLEGAL_SASL_STATE);
+        assert!(matches!(open.check(&metadata, 0), Verdict::Serve));
+        assert_eq!(code(open.check(&handshake("PLAIN"), 0), ApiKey::SaslHandshake, 1), ILLEGAL_SASL_STATE);
+        assert_eq!(code(open.check(&handshake(BROKER_MECHANISM), 0), ApiKey::SaslHandshake, 1), ILLEGAL_SASL_STATE);
+    }
+
+    /// A SaslAuthenticate answer's session lifetime.
+    fn lifetime(verdict: Verdict) -> i64 {
+        let Verdict::Answer(Response::Frame(mut body)) = verdict else { panic!("no answer") };
+        ResponseHeader::decode(&mut body, ApiKey::SaslAuthenticate.response_header_version(2)).unwrap();
+        SaslAuthenticateResponse::decode(&mut body, 2).unwrap().session_lifetime_ms
+    }
+
+    #[test]
+    fn a_session_ends_after_connections_max_reauth_ms_unless_renewed_as_the_same_principal() {
+        let metadata = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+        let mut auth = Auth::new(Some(Arc::new(Fake)), None).with_max_reauth_ms(10_000);
+        auth.check(&handshake("PLAIN"), 0);
+        assert_eq!(lifetime(auth.check(&authenticate(&b"ok"[..]), 0)), 10_000);
+        assert!(matches!(auth.check(&metadata, 9_999), Verdict::Serve));
+        // Renewed at 9 s, by the same mechanism, as the same user: 10 s more.
+        assert_eq!(
+            code(auth.check(&handshake("SCRAM-SHA-512"), 9_000), ApiKey::SaslHandshake, 1),
+            UNSUPPORTED_SASL_MECHANISM
+        );
+        assert_eq!(code(auth.check(&handshake("PLAIN"), 9_000), ApiKey::SaslHandshake, 1), 0);
+        assert_eq!(auth.principal(), "User:alice", "the session stands while it is renewed");
+        assert_eq!(lifetime(auth.check(&authenticate(&b"ok"[..]), 9_000)), 10_000);
+        assert!(matches!(auth.check(&metadata, 18_999), Verdict::Serve));
+        assert!(matches!(auth.check(&metadata, 19_000), Verdict::Close(_)), "the session ended");
+
+        // Renewing as someone else is refused.
+        let mut auth = Auth::new(Some(Arc::new(Fake)), None).with_max_reauth_ms(10_000);
+        auth.check(&handshake("PLAIN"), 0);
+        auth.check(&authenticate(&b"ok"[..]), 0);
+        auth.check(&handshake("PLAIN"), 5_000);
+        let verdict = auth.check(&authenticate(&b"bob"[..]), 5_000);
+        assert!(matches!(verdict, Verdict::Refuse(..)), "alice's connection may not become bob's");
+
+        // A credential that expires first ends the session first.
+        let mut auth = Auth::new(Some(Arc::new(Fake)), None).with_max_reauth_ms(10_000);
+        auth.check(&handshake("PLAIN"), 0);
+        assert_eq!(lifetime(auth.check(&authenticate(&b"short"[..]), 0)), 1_000);
+        assert!(matches!(auth.check(&metadata, 1_000), Verdict::Close(_)));
+        let mut late = Auth::new(Some(Arc::new(Fake)), None);
+        late.check(&handshake("PLAIN"), 2_000);
+        assert!(matches!(late.check(&authenticate(&b"short"[..]), 2_000), Verdict::Refuse(..)), "an expired token");
+
+        // Without connections.max.reauth.ms, a session lasts as long as its connection.
+        let mut auth = Auth::new(Some(Arc::new(Fake)), None);
+        auth.check(&handshake("PLAIN"), 0);
+        assert_eq!(lifetime(auth.check(&authenticate(&b"short"[..]), 0)), 0);
+        assert!(matches!(auth.check(&metadata, 1_000_000), Verdict::Serve));
     }
 
     /// The answer's auth bytes (KAAS-BROKER's nonce).
@@ -306,30 +442,30 @@ mod tests {
             Some(Arc::new(crate::broker_auth::BrokerMechanism { env: env.clone(), secret: secret.clone() }))
         };
         let mut auth = Auth::new(None, peers());
-        assert_eq!(code(auth.check(&handshake(BROKER_MECHANISM)), ApiKey::SaslHandshake, 1), 0);
-        let nonce = auth_bytes(auth.check(&authenticate("2")));
+        assert_eq!(code(auth.check(&handshake(BROKER_MECHANISM), 0), ApiKey::SaslHandshake, 1), 0);
+        let nonce = auth_bytes(auth.check(&authenticate("2"), 0));
         assert_eq!(nonce.len(), 32, "a fresh nonce");
-        assert_eq!(code(auth.check(&authenticate(secret.proof(2, &nonce))), ApiKey::SaslAuthenticate, 2), 0);
+        assert_eq!(code(auth.check(&authenticate(secret.proof(2, &nonce)), 0), ApiKey::SaslAuthenticate, 2), 0);
         assert!(auth.is_broker());
         assert_eq!(auth.principal(), "User:kaas-broker-2");
 
         // Another cluster's broker, or an answer recorded against another nonce: refused.
         let mut other = Auth::new(None, peers());
-        other.check(&handshake(BROKER_MECHANISM));
-        let fresh = auth_bytes(other.check(&authenticate("2")));
+        other.check(&handshake(BROKER_MECHANISM), 0);
+        let fresh = auth_bytes(other.check(&authenticate("2"), 0));
         assert_ne!(fresh, nonce);
-        let verdict = other.check(&authenticate(secret.proof(2, &nonce)));
+        let verdict = other.check(&authenticate(secret.proof(2, &nonce)), 0);
         assert_eq!(code(verdict, ApiKey::SaslAuthenticate, 2), SASL_AUTHENTICATION_FAILED);
         assert!(!other.is_broker());
 
         // A plain client on the inter-broker listener is served as before, and is no broker.
         let mut client = Auth::new(None, peers());
         let metadata = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
-        assert!(matches!(client.check(&metadata), Verdict::Serve));
+        assert!(matches!(client.check(&metadata, 0), Verdict::Serve));
         assert!(!client.is_broker());
         // A SASL listener does not offer KAAS-BROKER.
         let mut sasl = Auth::new(Some(Arc::new(Fake)), None);
-        let refused = sasl.check(&handshake(BROKER_MECHANISM));
+        let refused = sasl.check(&handshake(BROKER_MECHANISM), 0);
         assert_eq!(code(refused, ApiKey::SaslHandshake, 1), UNSUPPORTED_SASL_MECHANISM);
     }
 }

@@ -3,6 +3,7 @@
 
 mod cli;
 mod metrics;
+mod oauth;
 mod principal;
 mod sasl;
 mod share_copy;
@@ -62,6 +63,8 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: a log file or collector gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if kaas_core::SIM_HOOKS {
         tracing::warn!("kaas {}{SIM_HOOKS_NOTE}", env!("CARGO_PKG_VERSION"));

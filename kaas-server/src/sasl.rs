@@ -2,7 +2,8 @@
 //! setting as Apache's brokers read them (`listener.name.<listener>.plain.sasl.jaas.config`,
 //! else `sasl.jaas.config`: `... PlainLoginModule required user_alice="secret" ...;`), and
 //! SCRAM-SHA-256/512, with each user's stored keys read from the volume
-//! (`kaas_core::cluster::scram`, set by AlterUserScramCredentials) when the user authenticates.
+//! (`kaas_core::cluster::scram`, set by AlterUserScramCredentials) when the user authenticates,
+//! and OAUTHBEARER, with tokens checked as `oauth.rs` checks them.
 //! kaas-net frames the exchange (`kaas_net::sasl`); this runs it.
 
 use std::collections::BTreeMap;
@@ -15,19 +16,24 @@ use kaas_core::BrokerConfig;
 use kaas_core::cluster::scram::{self, ScramCredential, ScramMechanism};
 use kaas_net::sasl::{Exchange, Mechanisms, Step};
 use rsasl::callback::{Context, Request, SessionCallback, SessionData};
+use rsasl::mechanisms::oauthbearer::properties::{OAuthBearerError, OAuthBearerValidate};
 use rsasl::mechanisms::scram::properties::ScramStoredPassword;
 use rsasl::mechname::Mechname;
 use rsasl::prelude::{SASLConfig, SASLServer, Session, SessionError, State, Validation};
-use rsasl::property::{AuthId, AuthzId, Password};
+use rsasl::property::{AuthId, AuthzId, OAuthBearerToken, Password};
 use rsasl::validate::{Validate, ValidationError};
 
 /// The mechanisms kaas serves.
-const SERVED: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+const SERVED: [&str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
 
-/// What a finished exchange comes to: the user, or why not.
+/// What a finished exchange comes to: the user and when its credential expires, or why not.
 struct Outcome;
 impl Validation for Outcome {
-    type Value = Result<String, String>;
+    type Value = Result<(String, Option<i64>), String>;
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Checks PLAIN's user and password against the configured users, and gives SCRAM the stored
@@ -36,6 +42,19 @@ struct Users {
     plain: BTreeMap<String, String>,
     /// The data directory, where `__cluster/scram/` holds the SCRAM credentials.
     data_dir: PathBuf,
+    /// How OAUTHBEARER tokens are checked, if the listener serves it.
+    oauth: Option<crate::oauth::Tokens>,
+}
+
+impl Users {
+    /// The token of an OAUTHBEARER exchange, checked now.
+    fn token(&self, context: &Context) -> Result<crate::oauth::Trusted, String> {
+        let tokens = self.oauth.as_ref().ok_or("OAUTHBEARER is not served here")?;
+        // RFC 7628's `auth` value: the scheme, then the token.
+        let auth = context.get_ref::<OAuthBearerToken>().ok_or("no token")?;
+        let token = auth.strip_prefix("Bearer ").or_else(|| auth.strip_prefix("bearer ")).unwrap_or(auth);
+        tokens.check(token.trim(), now_ms())
+    }
 }
 
 impl Users {
@@ -66,6 +85,15 @@ impl Users {
 impl SessionCallback for Users {
     fn callback(&self, data: &SessionData, context: &Context, request: &mut Request<'_>) -> Result<(), SessionError> {
         let mechanism = data.mechanism().mechanism;
+        if request.is::<OAuthBearerValidate>() {
+            // A refused token is answered with RFC 7628's error, then the exchange fails.
+            let verdict = match self.token(context) {
+                Ok(_) => Ok(()),
+                Err(_) => Err(OAuthBearerError::new("invalid_token", None, None)),
+            };
+            request.satisfy::<OAuthBearerValidate>(&verdict)?;
+            return Ok(());
+        }
         if !mechanism.starts_with("SCRAM-") || !request.is::<ScramStoredPassword>() {
             return Ok(());
         }
@@ -85,7 +113,11 @@ impl SessionCallback for Users {
         validate: &mut Validate<'_>,
     ) -> Result<(), ValidationError> {
         let mechanism = data.mechanism().mechanism;
-        let user = context.get_ref::<AuthId>().unwrap_or_default().to_string();
+        let token = (mechanism == "OAUTHBEARER").then(|| self.token(context));
+        let user = match &token {
+            Some(Ok(trusted)) => trusted.user.clone(),
+            _ => context.get_ref::<AuthId>().unwrap_or_default().to_string(),
+        };
         let authzid = context.get_ref::<AuthzId>();
         if authzid.is_some_and(|a| !a.is_empty() && a != user) {
             // Kafka takes no authorization id other than the user's own.
@@ -93,13 +125,15 @@ impl SessionCallback for Users {
             validate.with::<Outcome, _>(|| Ok(verdict))?;
             return Ok(());
         }
-        let verdict = match mechanism {
+        let verdict = match (mechanism, token) {
+            (_, Some(Ok(trusted))) => Ok((user, Some(trusted.expires_at_ms))),
+            (_, Some(Err(why))) => Err(why),
             // SCRAM's proof was checked by the mechanism against the stored keys.
-            m if m.starts_with("SCRAM-") => Ok(user),
+            (m, None) if m.starts_with("SCRAM-") => Ok((user, None)),
             _ => {
                 let password = context.get_ref::<Password>().unwrap_or_default();
                 match self.plain.get(&user) {
-                    Some(expected) if constant_time_eq(expected.as_bytes(), password) => Ok(user),
+                    Some(expected) if constant_time_eq(expected.as_bytes(), password) => Ok((user, None)),
                     Some(_) => Err(format!("wrong password for {user}")),
                     None => Err(format!("unknown user {user:?}")),
                 }
@@ -176,7 +210,11 @@ impl Listener {
                 users
             }
         };
-        let users = Users { plain, data_dir: PathBuf::from(&config.log_dir) };
+        let oauth = match enabled.iter().any(|m| m == "OAUTHBEARER") {
+            false => None,
+            true => Some(crate::oauth::Tokens::from_settings(setting, listener)?),
+        };
+        let users = Users { plain, data_dir: PathBuf::from(&config.log_dir), oauth };
         let config = SASLConfig::builder().with_defaults().with_callback(users).map_err(|e| e.to_string())?;
         Ok(Listener { enabled, config })
     }
@@ -205,7 +243,9 @@ impl Exchange for RsaslExchange {
         match self.0.step(Some(client), &mut out) {
             Ok(State::Running) => Step::Continue(Bytes::from(out.into_inner())),
             Ok(State::Finished(_)) => match self.0.validation() {
-                Some(Ok(user)) => Step::Done { user, answer: Bytes::from(out.into_inner()) },
+                Some(Ok((user, expires_at_ms))) => {
+                    Step::Done { user, answer: Bytes::from(out.into_inner()), expires_at_ms }
+                }
                 Some(Err(why)) => Step::Failed(why),
                 None => Step::Failed("the exchange ended without a verdict".into()),
             },

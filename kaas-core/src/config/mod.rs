@@ -51,6 +51,9 @@ pub struct BrokerConfig {
     /// The largest request a connection may send before SASL authenticated it
     /// (`sasl.server.max.receive.size`).
     pub sasl_server_max_receive_size: usize,
+    /// The longest an authenticated session lasts before the client must authenticate again
+    /// on its connection (`connections.max.reauth.ms`, KIP-368); 0: for ever.
+    pub connections_max_reauth_ms: i64,
     /// Client connections open at once, broker-wide (`max.connections`; the inter-broker
     /// listener's are not counted): more wait to be accepted.
     pub max_connections: usize,
@@ -179,6 +182,7 @@ impl Default for BrokerConfig {
             message_max_bytes: 1_048_588,
             socket_request_max_bytes: 104_857_600,
             sasl_server_max_receive_size: 524_288,
+            connections_max_reauth_ms: 0,
             max_connections: i32::MAX as usize,
             max_connections_per_ip: i32::MAX as usize,
             max_connections_per_ip_overrides: Default::default(),

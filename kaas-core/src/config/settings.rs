@@ -344,6 +344,12 @@ pub const SETTINGS: &[Setting] = &[
         "The largest request a connection of a SASL listener may send before it has authenticated; a larger one closes it."
     ),
     field!(
+        "connections.max.reauth.ms",
+        connections_max_reauth_ms,
+        Static,
+        "The longest a SASL session lasts (less if its credential expires sooner) before the client must authenticate again on its connection (KIP-368); 0: for ever."
+    ),
+    field!(
         "max.connections",
         max_connections,
         Static,
@@ -634,6 +640,15 @@ pub fn read_by_name(name: &str) -> Option<&'static str> {
         _ if name.starts_with("listener.name.") => Some("a setting of one listener"),
         "sasl.enabled.mechanisms" => Some("the SASL mechanisms of SASL listeners: PLAIN (the default here)"),
         "sasl.jaas.config" => Some("the SASL login module of SASL listeners: PLAIN's user_NAME=\"password\" options"),
+        "sasl.oauthbearer.jwks.endpoint.url" => Some(
+            "OAUTHBEARER: the JSON Web Key Set tokens are checked against, a `file:` URL read at each authentication",
+        ),
+        "sasl.oauthbearer.expected.audience" => Some("OAUTHBEARER: the audiences a token must name one of (`aud`)"),
+        "sasl.oauthbearer.expected.issuer" => Some("OAUTHBEARER: the issuer a token must name (`iss`)"),
+        "sasl.oauthbearer.sub.claim.name" => Some("OAUTHBEARER: the claim that names the principal (default `sub`)"),
+        "sasl.oauthbearer.clock.skew.seconds" => {
+            Some("OAUTHBEARER: the clock difference allowed in a token's times (default 30)")
+        }
         _ => None,
     }
 }
