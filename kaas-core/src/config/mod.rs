@@ -521,6 +521,7 @@ mod tests {
                 _ if s.name == "ssl.client.auth" => "required".to_string(),
                 _ if s.name == "authorizer.class.name" => settings::AUTHORIZERS[0].to_string(),
                 _ if s.name == "super.users" => "User:admin;User:ops".to_string(),
+                _ if s.name == "max.connections.per.ip.overrides" => "10.0.0.1:3,::1:0".to_string(),
                 v if v.parse::<i64>().is_ok() => "7".to_string(),
                 _ => "other".to_string(),
             };
