@@ -43,6 +43,22 @@ fn positive(name: &str, value: &str) -> Result<u64, String> {
     }
 }
 
+/// A setting of one field of `BrokerConfig` that must be positive (and fit the field).
+macro_rules! positive_field {
+    ($name:literal, $field:ident, $change:expr, $doc:literal) => {
+        Setting {
+            name: $name,
+            change: $change,
+            doc: $doc,
+            set: Some(|c, v| {
+                c.$field = positive($name, v)?.try_into().map_err(|_| format!("{v:?} is too large for {}", $name))?;
+                Ok(())
+            }),
+            get: |c| c.$field.to_string(),
+        }
+    };
+}
+
 /// A setting read and written as one field of `BrokerConfig`, by `FromStr` and `Display`.
 macro_rules! field {
     ($name:literal, $field:ident, $change:expr, $doc:literal) => {
@@ -145,27 +161,18 @@ pub const SETTINGS: &[Setting] = &[
         Static,
         "How late a failed SASL authentication is answered before its connection closes, so that guessing is slow."
     ),
-    Setting {
-        name: "quota.window.num",
-        change: Static,
-        doc: "The number of samples client quotas are measured over.",
-        set: Some(|c, v| {
-            c.quota_window_num = u32::try_from(positive("quota.window.num", v)?).map_err(|e| e.to_string())?;
-            Ok(())
-        }),
-        get: |c| c.quota_window_num.to_string(),
-    },
-    Setting {
-        name: "quota.window.size.seconds",
-        change: Static,
-        doc: "The time span of each sample client quotas are measured over.",
-        set: Some(|c, v| {
-            c.quota_window_size_seconds =
-                u32::try_from(positive("quota.window.size.seconds", v)?).map_err(|e| e.to_string())?;
-            Ok(())
-        }),
-        get: |c| c.quota_window_size_seconds.to_string(),
-    },
+    positive_field!(
+        "quota.window.num",
+        quota_window_num,
+        Static,
+        "The number of samples client quotas are measured over."
+    ),
+    positive_field!(
+        "quota.window.size.seconds",
+        quota_window_size_seconds,
+        Static,
+        "The time span of each sample client quotas are measured over."
+    ),
     Setting {
         name: "authorizer.class.name",
         change: Static,
@@ -560,17 +567,12 @@ pub const SETTINGS: &[Setting] = &[
         }),
         get: |c| c.share_version.to_string(),
     },
-    Setting {
-        name: "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-        change: Static,
-        doc: "How often timed-out transactions are aborted and prepared ones finished.",
-        set: Some(|c, v| {
-            c.transaction_cleanup_interval_ms =
-                positive("transaction.abort.timed.out.transaction.cleanup.interval.ms", v)?;
-            Ok(())
-        }),
-        get: |c| c.transaction_cleanup_interval_ms.to_string(),
-    },
+    positive_field!(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        transaction_cleanup_interval_ms,
+        Static,
+        "How often timed-out transactions are aborted and prepared ones finished."
+    ),
     field!(
         "broker.session.timeout.ms",
         broker_session_timeout_ms,

@@ -49,22 +49,34 @@ pub struct AclPropagation {
     pub flips: usize,
 }
 
+/// How long after its answer a change read on every rescan (an ACL, a client quota) may take
+/// to be in force on every broker: a heartbeat's rescan, after a lease (a paused owner resumed
+/// within its lease answers before its next rescan) and the network's slack.
+pub(super) fn propagation_bound_ms(l: &Leases) -> i64 {
+    (l.session_timeout_ms.max(PAUSE_MAX_MS) + 2 * l.heartbeat_interval_ms + 2000) as i64
+}
+
+/// A propagation world's draw: leases, how many changes (2 to 4), and brokers with faults.
+pub(super) fn draw_propagation(rng: &mut ChaCha8Rng) -> (Leases, usize, Common) {
+    let leases = Leases::draw(rng);
+    let flips = rng.random_range(2..=4);
+    let brokers = cluster::brokers(rng);
+    let mix = FaultMix { progress_max: flips, clock_steps: false, drift_ppm_max: leases.drift_ppm_max() };
+    let common = Common::draw_with(rng, brokers, mix);
+    (leases, flips, common)
+}
+
 impl AclPropagation {
     /// How long after its answer an ACL change may take to be in force on every broker.
     fn bound_ms(&self) -> i64 {
-        let l = &self.leases;
-        (l.session_timeout_ms.max(PAUSE_MAX_MS) + 2 * l.heartbeat_interval_ms + 2000) as i64
+        propagation_bound_ms(&self.leases)
     }
 }
 
 impl World for AclPropagation {
     fn draw(seed: u64) -> AclPropagation {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let leases = Leases::draw(&mut rng);
-        let flips = rng.random_range(2..=4);
-        let brokers = cluster::brokers(&mut rng);
-        let mix = FaultMix { progress_max: flips, clock_steps: false, drift_ppm_max: leases.drift_ppm_max() };
-        let common = Common::draw_with(&mut rng, brokers, mix);
+        let (leases, flips, common) = draw_propagation(&mut rng);
         AclPropagation { common, leases, partitions: rng.random_range(1..=4), flips }
     }
 

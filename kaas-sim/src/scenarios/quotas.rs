@@ -15,8 +15,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::cluster::{self, Leases};
-use super::common::{self, Common, FaultMix};
+use super::acls::{draw_propagation, propagation_bound_ms};
+use super::cluster::Leases;
+use super::common::{self, Common};
 use super::{RunResult, World};
 use crate::client::Outcome;
 use crate::workloads::{self, Shared, backoff};
@@ -25,8 +26,6 @@ const CLIENT_ID: &str = "metered";
 const RATE: f64 = 1_048_576.0;
 const SIM_SECONDS_MAX: u64 = 900;
 const LIVENESS_MS: u64 = 60_000;
-/// The longest pause the fault plan draws (`common::broker_faults`).
-const PAUSE_MAX_MS: u64 = 6000;
 const DESCRIBE_EVERY_MS: u64 = 200;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,19 +39,13 @@ pub struct QuotaPropagation {
 impl QuotaPropagation {
     /// How long after its answer a quota change may take to be in force on every broker.
     fn bound_ms(&self) -> i64 {
-        let l = &self.leases;
-        (l.session_timeout_ms.max(PAUSE_MAX_MS) + 2 * l.heartbeat_interval_ms + 2000) as i64
+        propagation_bound_ms(&self.leases)
     }
 }
 
 impl World for QuotaPropagation {
     fn draw(seed: u64) -> QuotaPropagation {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let leases = Leases::draw(&mut rng);
-        let flips = rng.random_range(2..=4);
-        let brokers = cluster::brokers(&mut rng);
-        let mix = FaultMix { progress_max: flips, clock_steps: false, drift_ppm_max: leases.drift_ppm_max() };
-        let common = Common::draw_with(&mut rng, brokers, mix);
+        let (leases, flips, common) = draw_propagation(&mut ChaCha8Rng::seed_from_u64(seed));
         QuotaPropagation { common, leases, flips }
     }
 
