@@ -253,12 +253,13 @@ impl Auth {
                 }
                 // The session ends with the credential, or after connections.max.reauth.ms if
                 // sooner; without that setting, never (KIP-368: re-authentication is opt-in).
-                let session_end = (self.max_reauth_ms > 0).then(|| {
+                // A peer broker's link proves itself once and is not asked again.
+                let broker = mechanism == BROKER_MECHANISM;
+                let session_end = (self.max_reauth_ms > 0 && !broker).then(|| {
                     let max = now_ms.saturating_add(self.max_reauth_ms);
                     expires_at_ms.map_or(max, |end| end.min(max))
                 });
                 tracing::debug!(%user, %mechanism, renewed = renews.is_some(), "authenticated");
-                let broker = mechanism == BROKER_MECHANISM;
                 let mechanisms = (!broker).then(|| mechanisms.clone());
                 let lifetime_ms = session_end.map_or(0, |end| end - now_ms);
                 let mechanism = mechanism.clone();
@@ -448,6 +449,13 @@ mod tests {
         assert_eq!(code(auth.check(&authenticate(secret.proof(2, &nonce)), 0), ApiKey::SaslAuthenticate, 2), 0);
         assert!(auth.is_broker());
         assert_eq!(auth.principal(), "User:kaas-broker-2");
+        // A broker's session does not end, whatever connections.max.reauth.ms says.
+        let mut renewing = Auth::new(None, peers()).with_max_reauth_ms(1000);
+        renewing.check(&handshake(BROKER_MECHANISM), 0);
+        let nonce = auth_bytes(renewing.check(&authenticate("2"), 0));
+        assert_eq!(lifetime(renewing.check(&authenticate(secret.proof(2, &nonce)), 0)), 0);
+        let metadata = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+        assert!(matches!(renewing.check(&metadata, 1_000_000), Verdict::Serve));
 
         // Another cluster's broker, or an answer recorded against another nonce: refused.
         let mut other = Auth::new(None, peers());
