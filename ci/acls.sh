@@ -23,7 +23,7 @@ users="$login user_admin=\"admin-secret\" user_alice=\"alice-secret\" user_bob=\
 bootstrap=
 for id in 0 1 2; do
   plain=$(free_port); sasl=$(free_port)
-  "$KAAS" serve --data-dir "$work/data" --broker-id "$id" \
+  KAAS_LOG_FORMAT=json "$KAAS" serve --data-dir "$work/data" --broker-id "$id" \
     --set "listeners=PLAINTEXT://127.0.0.1:$plain,SASL_PLAINTEXT://127.0.0.1:$sasl" \
     --set "listener.name.sasl_plaintext.plain.sasl.jaas.config=$users" \
     --set authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer \
@@ -61,6 +61,16 @@ if tool org.apache.kafka.tools.AclCommand --bootstrap-server "$bootstrap" --comm
   fail "bob changed the ACLs: $(tail -3 "$work/bob-acls.out")"
 fi
 echo "kafka-acls: alice's prefixed topic, group and transactional-id ACLs added and listed; bob may not add any"
+# The brokers log JSON (KAAS_LOG_FORMAT=json): each CreateAcls is audited with its principal.
+python3 - "$work" <<'PY' || fail "CreateAcls is not audited in the JSON logs"
+import glob, json, sys
+lines = [json.loads(l) for f in glob.glob(f"{sys.argv[1]}/b*.log") for l in open(f) if l.startswith("{")]
+audited = [l for l in lines if l.get("target") == "kaas::audit" and l["fields"].get("api") == "CreateAcls"]
+assert audited, f"no audit line among {len(lines)} JSON lines"
+who = {l.get("span", {}).get("principal") for l in audited}
+assert who == {"User:admin"} and all(l["span"].get("id") for l in audited), f"CreateAcls audited as {who}"
+print(f"JSON logs: {len(audited)} CreateAcls audited with their request ids, as User:admin")
+PY
 tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --command-config "$work/admin.properties" \
   --create --topic eos-in --partitions 6 --replication-factor 1 > /dev/null 2>&1 || fail "creating eos-in"
 tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --command-config "$work/admin.properties" \

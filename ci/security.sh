@@ -8,6 +8,7 @@
 #   produces, one without is refused; the certificate's subject names its principal
 #   (ssl.principal.mapping.rules), to which ACLs then apply;
 # - a certificate replaced on disk is served to new connections without a restart;
+# - each SSL listener may have its own certificate (listener.name.<listener>.ssl.*);
 # - three brokers on one volume, peers on PLAINTEXT, clients on SSL: verifiable producer and
 #   consumer, every record once;
 # - SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL listeners: the Java client, kafka-python and
@@ -150,6 +151,23 @@ produce "127.0.0.1:$ssl" "$work/ssl.properties" tls 5 || fail "producing after t
 echo "new connections get the new certificate ($before -> $want), no restart"
 kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 cp "$work/broker-keystore.pem" "$work/keystore.pem"
+
+echo "== each SSL listener its own certificate (listener.name.<listener>.ssl.*)"
+plain=$(free_port); ssl=$(free_port); other=$(free_port)
+"$KAAS" serve --data-dir "$work/per-listener" \
+  --set "listeners=PLAINTEXT://127.0.0.1:$plain,SSL://127.0.0.1:$ssl,OTHER://127.0.0.1:$other" \
+  --set "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,OTHER:SSL" \
+  --set "ssl.keystore.location=$work/broker-keystore.pem" \
+  --set "listener.name.other.ssl.keystore.location=$work/broker2-keystore.pem" > /dev/null 2> "$work/per-listener.log" &
+pids+=($!)
+for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$other) 2>/dev/null && break; sleep 0.1; done
+serial_at() { openssl s_client -connect "127.0.0.1:$1" -servername localhost < /dev/null 2> /dev/null \
+  | openssl x509 -noout -serial; }
+[ "$(serial_at "$ssl")" = "$(openssl x509 -noout -serial -in "$work/broker.pem")" ] || fail "SSL does not serve broker.pem"
+[ "$(serial_at "$other")" = "$(openssl x509 -noout -serial -in "$work/broker2.pem")" ] || fail "OTHER does not serve its own certificate"
+produce "127.0.0.1:$other" "$work/ssl.properties" per-listener 5 || fail "producing over OTHER"
+echo "SSL serves the broker's certificate, OTHER its own (listener.name.other.ssl.keystore.location); the Java client produces over it"
+kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 
 echo "== mutual TLS (ssl.client.auth=required)"
 plain=$(free_port); ssl=$(free_port)

@@ -14,6 +14,7 @@ use kaas_core::broker::metrics::BrokerMetrics;
 use kaas_core::env::{Clock, Env, Spawner};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 use crate::api;
 use crate::frame::{self, FrameError};
@@ -76,6 +77,26 @@ pub fn host_of(peer: &str) -> &str {
         Err(_) => peer,
     };
     host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// A request's id in the logs: the connection's number and the request's correlation id.
+struct RequestId(u64, i32);
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
+/// The span a request is served in: whatever is logged while serving it names the request and
+/// who sent it.
+fn request_span(connection_id: u64, principal: &str, frame: &Bytes) -> tracing::Span {
+    if frame.len() < 8 {
+        return tracing::Span::none();
+    }
+    let api = i16::from_be_bytes([frame[0], frame[1]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    tracing::info_span!("request", id = %RequestId(connection_id, correlation_id), api, principal)
 }
 
 enum Slot {
@@ -160,8 +181,9 @@ pub async fn serve<E: Env, S>(
         }
         let mut closing = false;
         let verdict = auth.check(&frame, clock.now_ms());
+        let span = request_span(ctx.connection_id, &ctx.principal, &frame);
         let dispatched = match verdict {
-            Verdict::Serve => api::dispatch(&ctx, frame).await,
+            Verdict::Serve => api::dispatch(&ctx, frame).instrument(span.clone()).await,
             Verdict::Answer(response) => {
                 ctx.principal = principal_of(&auth);
                 ctx.from_broker = auth.is_broker();
@@ -190,7 +212,7 @@ pub async fn serve<E: Env, S>(
             Ok(Answer::Later(deferred)) => {
                 let (tx, rx) = oneshot::channel();
                 spawner.spawn("deferred-response", async move {
-                    let _ = tx.send(deferred.await);
+                    let _ = tx.send(deferred.instrument(span).await);
                 });
                 Slot::Waiting(rx)
             }

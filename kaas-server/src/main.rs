@@ -60,12 +60,17 @@ fn main() {
             return;
         }
     };
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    // KAAS_LOG_FORMAT=json: one JSON object per line, with the request's span (its id and
+    // principal) on every line logged while serving it, for a log collector.
+    if std::env::var("KAAS_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        logs.json().with_current_span(true).with_span_list(false).init();
+    } else {
         // Colours for a terminal only: a log file or collector gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+    }
     if kaas_core::SIM_HOOKS {
         tracing::warn!("kaas {}{SIM_HOOKS_NOTE}", env!("CARGO_PKG_VERSION"));
     }
@@ -84,12 +89,15 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("{}: {e}", args.data_dir))?;
     let env = RealEnv::new(&args.data_dir);
     let (mut config, listeners) = cli::broker_config(&args, file_text.as_deref())?;
-    // Every listener bound, and the SSL ones' key read, before anything starts.
-    let tls = match listeners.bind.iter().any(|b| b.protocol.tls()) {
-        true => Some(tls::acceptor(&config.ssl)?),
-        false => None,
-    };
-    let rules = std::sync::Arc::new(principal::PrincipalRules::parse(&config.ssl.principal_mapping_rules)?);
+    // Every listener bound, and the SSL ones' keys read (each listener's own `ssl.*` over the
+    // broker's), before anything starts.
+    let mut tls = std::collections::BTreeMap::new();
+    for bind in listeners.bind.iter().filter(|b| b.protocol.tls()) {
+        let name = bind.endpoint.listener.clone();
+        let ssl = config.ssl_for(&name)?;
+        let rules = Arc::new(principal::PrincipalRules::parse(&ssl.principal_mapping_rules)?);
+        tls.insert(name, (tls::acceptor(&ssl)?, rules));
+    }
     let inter_broker = listeners.bind.iter().find(|b| b.endpoint.listener == listeners.inter_broker);
     if inter_broker.is_some_and(|b| b.protocol.sasl()) {
         return Err(format!(
@@ -123,7 +131,7 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
     let mut servers = Vec::new();
     for (bind, listener, local, _) in bound {
         let name = bind.endpoint.listener.as_str();
-        let handshake = bind.protocol.tls().then(|| tls::handshake(tls.clone().expect("read above"), rules.clone()));
+        let handshake = tls.get(name).map(|(acceptor, rules)| tls::handshake(acceptor.clone(), rules.clone()));
         let spec = ListenerSpec { name: name.into(), handshake, sasl: mechanisms.get(name).cloned() };
         // One server also serves the peers' calls: the inter-broker listener's.
         let peers = name == listeners.inter_broker;

@@ -259,6 +259,25 @@ impl BrokerConfig {
         Ok(())
     }
 
+    /// The `ssl.*` settings of one listener: the broker's, with the listener's own
+    /// (`listener.name.<listener>.ssl.*`, the name in lower case) over them, as Apache reads them.
+    pub fn ssl_for(&self, listener: &str) -> Result<listeners::SslSettings, String> {
+        let prefix = format!("listener.name.{}.ssl.", listener.to_ascii_lowercase());
+        let mut own = self.clone();
+        for (name, value) in &self.explicit {
+            let Some(rest) = name.strip_prefix(&prefix) else { continue };
+            let setting = format!("ssl.{rest}");
+            match settings::find(&setting) {
+                Some(settings::Setting { set: Some(set), .. }) => {
+                    set(&mut own, value).map_err(|e| format!("{name}: {e}"))?
+                }
+                _ => return Err(format!("{name}: {setting} is not an SSL setting kaas reads")),
+            }
+        }
+        own.ssl.check().map_err(|e| format!("listener {listener}: {e}"))?;
+        Ok(own.ssl)
+    }
+
     /// Checks settings that constrain each other, once all are given.
     pub fn validate(&self) -> Result<(), String> {
         if self.broker_heartbeat_interval_ms == 0
@@ -503,6 +522,23 @@ mod tests {
         assert!(c.set("group.consumer.migration.policy", "sideways").is_err());
         c.set("log.flush.interval.messages", "1").unwrap();
         assert_eq!(c.explicit["log.flush.interval.messages"], "1", "ignored settings are still reported");
+    }
+
+    #[test]
+    fn a_listener_s_own_ssl_settings_override_the_broker_s() {
+        let mut c = BrokerConfig::default();
+        c.set("ssl.keystore.location", "/etc/kaas/broker.pem").unwrap();
+        c.set("ssl.client.auth", "none").unwrap();
+        c.set("listener.name.internal.ssl.keystore.location", "/etc/kaas/internal.pem").unwrap();
+        c.set("listener.name.internal.ssl.client.auth", "required").unwrap();
+        let internal = c.ssl_for("INTERNAL").unwrap();
+        assert_eq!(internal.keystore_location, "/etc/kaas/internal.pem");
+        assert_eq!(internal.client_auth, listeners::ClientAuth::Required);
+        let external = c.ssl_for("EXTERNAL").unwrap();
+        assert_eq!(external.keystore_location, "/etc/kaas/broker.pem");
+        assert_eq!(external.client_auth, listeners::ClientAuth::None);
+        c.set("listener.name.internal.ssl.no.such.thing", "x").unwrap();
+        assert!(c.ssl_for("INTERNAL").is_err(), "an unknown listener SSL setting is refused");
     }
 
     /// Every setting reads back what it was given, so DescribeConfigs reports what is in force.

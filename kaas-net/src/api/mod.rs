@@ -129,6 +129,26 @@ pub fn topic_authorized_operations<E: Env>(ctx: &Context<E>, name: &str) -> i32 
         .fold(0, |bits, op| bits | 1 << op.code())
 }
 
+/// The requests that change what the cluster is (its topics, configs, ACLs, quotas, users,
+/// groups): each is logged, in its request's span (id, principal), as operators audit them.
+const AUDITED: &[ApiKey] = &[
+    ApiKey::CreateTopics,
+    ApiKey::DeleteTopics,
+    ApiKey::CreatePartitions,
+    ApiKey::DeleteRecords,
+    ApiKey::AlterConfigs,
+    ApiKey::IncrementalAlterConfigs,
+    ApiKey::CreateAcls,
+    ApiKey::DeleteAcls,
+    ApiKey::AlterClientQuotas,
+    ApiKey::AlterUserScramCredentials,
+    ApiKey::DeleteGroups,
+    ApiKey::OffsetDelete,
+    ApiKey::AlterPartitionReassignments,
+    ApiKey::AlterShareGroupOffsets,
+    ApiKey::DeleteShareGroupOffsets,
+];
+
 /// Versions of Produce that are advertised but answered with UNSUPPORTED_VERSION.
 const PRODUCE_REFUSED_MAX: i16 = 2;
 
@@ -165,6 +185,10 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         return produce::refuse_old_version(&header, &mut body).map(Answer::Now);
     }
     tracing::trace!(api = ?key, version, correlation_id = header.correlation_id, "request");
+    if AUDITED.contains(&key) {
+        let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
+        tracing::info!(target: "kaas::audit", api = ?key, version, client_id, peer = %ctx.peer, "admin request");
+    }
     let started = ctx.broker.env.clock().monotonic();
     // A handler that answers at once: decode, run, tell the client of its throttle, encode.
     macro_rules! now {
