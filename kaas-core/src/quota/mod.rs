@@ -99,6 +99,24 @@ impl QuotaEntity {
         QuotaEntity(components.iter().map(|(t, n)| (*t, n.map(String::from))).collect())
     }
 
+    /// An entity as AlterClientQuotas names it, (type name, name or None for the default) per
+    /// component; refused (INVALID_REQUEST) for a type Kafka does not know or named twice.
+    pub fn parse<'a>(
+        components: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<QuotaEntity, QuotaRefusal> {
+        let mut entity = QuotaEntity::default();
+        for (type_name, name) in components {
+            let t = EntityType::from_name(type_name)
+                .ok_or_else(|| QuotaRefusal::Invalid(format!("Unhandled client quota entity type: {type_name}")))?;
+            if entity.0.insert(t, name.map(String::from)).is_some() {
+                return Err(QuotaRefusal::Invalid(format!(
+                    "Invalid client quota entity, duplicate entity entry {type_name}"
+                )));
+            }
+        }
+        Ok(entity)
+    }
+
     /// Why AlterClientQuotas refuses this entity (INVALID_REQUEST), checked as Apache's
     /// controller checks it.
     fn invalid(&self) -> Option<String> {
@@ -415,6 +433,9 @@ mod tests {
         assert_eq!(alter(&alice, &[set("request_percentage", 12.5)], &mut v), Ok(()));
         assert_eq!(alter(&alice, &[("producer_byte_rate".into(), None)], &mut v), Ok(()));
         assert_eq!(v, QuotaValues::from([(QuotaKey::RequestPercentage, 12.5)]));
+        assert_eq!(QuotaEntity::parse([("user", Some("alice"))]), Ok(alice.clone()));
+        assert!(QuotaEntity::parse([("group", Some("g"))]).is_err(), "an unknown entity type");
+        assert!(QuotaEntity::parse([("user", Some("a")), ("user", None)]).is_err(), "a type named twice");
         let ip = QuotaEntity::of(&[(EntityType::Ip, Some("10.0.0.1"))]);
         assert_eq!(alter(&ip, &[set("connection_creation_rate", 3.0)], &mut QuotaValues::new()), Ok(()));
         for bad in [

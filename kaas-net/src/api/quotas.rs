@@ -4,7 +4,7 @@
 
 use kaas_core::acl::{Operation, Resource};
 use kaas_core::env::Env;
-use kaas_core::quota::{EntityType, QuotaEntity, QuotaFilter, QuotaOp, QuotaRefusal};
+use kaas_core::quota::{QuotaEntity, QuotaFilter, QuotaOp, QuotaRefusal};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -100,29 +100,17 @@ pub async fn alter<E: Env>(
         let entries = request.entries.iter().map(|e| entry(e, CLUSTER_DENIED, None)).collect();
         return AlterClientQuotasResponse::default().with_entries(entries);
     }
-    // Entries whose entity names a type Kafka does not know are refused here; the rest go to
-    // kaas-core together, in order.
-    let mut parsed: Vec<Result<Alteration, (i16, StrBytes)>> = Vec::new();
-    for e in &request.entries {
-        let mut entity = QuotaEntity::default();
-        let mut bad = None;
-        for c in &e.entity {
-            match EntityType::from_name(&c.entity_type) {
-                None => bad = Some(format!("Unhandled client quota entity type: {}", c.entity_type)),
-                Some(t) if entity.0.contains_key(&t) => {
-                    bad = Some(format!("Invalid client quota entity, duplicate entity entry {}", c.entity_type))
-                }
-                Some(t) => {
-                    entity.0.insert(t, c.entity_name.as_ref().map(|n| n.to_string()));
-                }
-            }
-        }
-        let ops = e.ops.iter().map(|o| (o.key.to_string(), (!o.remove).then_some(o.value))).collect();
-        parsed.push(match bad {
-            Some(why) => Err((ResponseError::InvalidRequest.code(), text(&why))),
-            None => Ok((entity, ops)),
-        });
-    }
+    // Entries whose entity does not parse are refused here; the rest go to kaas-core
+    // together, in order.
+    let parsed: Vec<Result<Alteration, (i16, StrBytes)>> = request
+        .entries
+        .iter()
+        .map(|e| {
+            let components = e.entity.iter().map(|c| (c.entity_type.as_str(), c.entity_name.as_deref()));
+            let entity = QuotaEntity::parse(components).map_err(|r| refusal(&r))?;
+            Ok((entity, e.ops.iter().map(|o| (o.key.to_string(), (!o.remove).then_some(o.value))).collect()))
+        })
+        .collect();
     let alterations: Vec<_> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
     let mut outcomes = match ctx.broker.alter_client_quotas(alterations, request.validate_only).await {
         Ok(outcomes) => outcomes.into_iter(),
