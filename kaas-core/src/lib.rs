@@ -68,6 +68,7 @@ pub mod env;
 pub mod error;
 pub mod group;
 pub mod hex;
+pub mod metrics;
 pub mod participant;
 pub mod partition;
 pub mod quota;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Bottom to top. A module may use any module of its own rank or below.
 const LAYERS: &[&[&str]] = &[
-    &["env", "hex", "sim", "error", "acl", "quota", "config"],
+    &["env", "hex", "sim", "error", "acl", "quota", "config", "metrics"],
     &["cluster"],
     &["participant"],
     &["partition"],

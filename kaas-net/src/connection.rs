@@ -10,10 +10,11 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use kaas_core::Broker;
-use kaas_core::broker::metrics::BrokerMetrics;
 use kaas_core::env::{Clock, Env, Spawner};
+use kaas_core::metrics::BrokerMetrics;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::api;
@@ -26,8 +27,9 @@ pub const IN_FLIGHT_MAX: usize = 64;
 
 /// What goes back for one request.
 pub enum Response {
-    /// A response body (header included, size prefix not).
-    Frame(Bytes),
+    /// A response body (header included, size prefix not), and the error codes it carries
+    /// (none but the non-zero ones), for the operators' counts.
+    Frame(Bytes, Vec<i16>),
     /// No answer at all: acks=0 produce.
     Nothing,
     /// The broker cannot answer this request correctly: close rather than send garbage.
@@ -180,6 +182,11 @@ pub async fn serve<E: Env, S>(
             }
         }
         let mut closing = false;
+        // What the answer is timed and counted under (a frame too short has no header: it
+        // closes the connection before anything is answered).
+        let api = (frame.len() >= 4).then(|| {
+            (i16::from_be_bytes([frame[0], frame[1]]), i16::from_be_bytes([frame[2], frame[3]]), clock.monotonic())
+        });
         let verdict = auth.check(&frame, clock.now_ms());
         let span = request_span(ctx.connection_id, &ctx.principal, &frame);
         let dispatched = match verdict {
@@ -208,11 +215,17 @@ pub async fn serve<E: Env, S>(
             }
         };
         let slot = match dispatched {
-            Ok(Answer::Now(response)) => Slot::Ready(response),
+            Ok(Answer::Now(response)) => {
+                account(&metrics, &clock, api, &response);
+                Slot::Ready(response)
+            }
             Ok(Answer::Later(deferred)) => {
                 let (tx, rx) = oneshot::channel();
+                let (metrics, clock) = (metrics.clone(), clock.clone());
                 spawner.spawn("deferred-response", async move {
-                    let _ = tx.send(deferred.instrument(span).await);
+                    let response = deferred.instrument(span).await;
+                    account(&metrics, &clock, api, &response);
+                    let _ = tx.send(response);
                 });
                 Slot::Waiting(rx)
             }
@@ -233,6 +246,17 @@ pub async fn serve<E: Env, S>(
     metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
 }
 
+/// Counts an answer for the operators: its time since the request was read, by API and
+/// version, and its error codes.
+fn account<C: Clock>(metrics: &BrokerMetrics, clock: &C, api: Option<(i16, i16, Instant)>, response: &Response) {
+    let Some((key, version, read_at)) = api else { return };
+    let micros = clock.monotonic().saturating_duration_since(read_at).as_micros();
+    metrics.request_duration(key, version, u64::try_from(micros).unwrap_or(u64::MAX));
+    if let Response::Frame(_, errors) = response {
+        metrics.errors(key, errors.iter().copied());
+    }
+}
+
 async fn write_responses<W: AsyncWrite + Unpin>(writer: W, mut slots: mpsc::Receiver<Slot>, metrics: &BrokerMetrics) {
     let mut writer = BufWriter::new(writer);
     while let Some(slot) = slots.recv().await {
@@ -244,7 +268,7 @@ async fn write_responses<W: AsyncWrite + Unpin>(writer: W, mut slots: mpsc::Rece
             },
         };
         let body = match response {
-            Response::Frame(body) => body,
+            Response::Frame(body, _) => body,
             Response::Nothing => continue,
             Response::Close => break,
         };

@@ -49,6 +49,7 @@ const SHARE_GROUP_DESCRIBE_VERSION: i16 = 1;
 const ALTER_SHARE_GROUP_OFFSETS_VERSION: i16 = 0;
 const DESCRIBE_SHARE_GROUP_OFFSETS_VERSION: i16 = 1;
 const PRODUCE_VERSION: i16 = 9;
+const LIST_OFFSETS_VERSION: i16 = 7;
 
 /// One call as a link sends it: the encoded request and what to do with the answer's body
 /// (`None`: no answer came).
@@ -109,6 +110,38 @@ fn job_of(call: PeerCall) -> (Endpoint, Job) {
             (to, describe_share(group_id, topic, partition, reply))
         }
         PeerCall::Produce { to, topic, partition, records, reply } => (to, produce(topic, partition, records, reply)),
+        PeerCall::HighWatermarks { to, partitions, reply } => (to, high_watermarks(partitions, reply)),
+    }
+}
+
+/// ListOffsets (latest, read_uncommitted) of partitions the peer owns: their high watermarks.
+fn high_watermarks(partitions: Vec<(String, i32)>, reply: oneshot::Sender<Vec<((String, i32), i64)>>) -> Job {
+    use list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let mut topics: Vec<ListOffsetsTopic> = Vec::new();
+    for (name, p) in partitions {
+        let partition = ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1);
+        match topics.last_mut().filter(|t| t.name.0.as_str() == name) {
+            Some(t) => t.partitions.push(partition),
+            None => topics.push(ListOffsetsTopic::default().with_name(topic(&name)).with_partitions(vec![partition])),
+        }
+    }
+    let request = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(topics);
+    Job {
+        key: ApiKey::ListOffsets,
+        version: LIST_OFFSETS_VERSION,
+        encode: encoder(request, LIST_OFFSETS_VERSION),
+        answer: Box::new(move |body| {
+            let response: Option<ListOffsetsResponse> = body.and_then(|b| decode(b, LIST_OFFSETS_VERSION));
+            let ends = response.map_or_else(Vec::new, |r| {
+                r.topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+                    .filter(|(_, p)| p.error_code == 0)
+                    .map(|(t, p)| ((t.name.0.to_string(), p.partition_index), p.offset))
+                    .collect()
+            });
+            let _ = reply.send(ends);
+        }),
     }
 }
 

@@ -339,7 +339,8 @@ mod tests {
 
     /// The error code of an answer.
     fn code(verdict: Verdict, key: ApiKey, version: i16) -> i16 {
-        let (Verdict::Answer(Response::Frame(mut body)) | Verdict::Refuse(Response::Frame(mut body), _)) = verdict
+        let (Verdict::Answer(Response::Frame(mut body, _)) | Verdict::Refuse(Response::Frame(mut body, _), _)) =
+            verdict
         else {
             panic!("no answer")
         };
@@ -379,7 +380,7 @@ mod tests {
 
     /// A SaslAuthenticate answer's session lifetime.
     fn lifetime(verdict: Verdict) -> i64 {
-        let Verdict::Answer(Response::Frame(mut body)) = verdict else { panic!("no answer") };
+        let Verdict::Answer(Response::Frame(mut body, _)) = verdict else { panic!("no answer") };
         ResponseHeader::decode(&mut body, ApiKey::SaslAuthenticate.response_header_version(2)).unwrap();
         SaslAuthenticateResponse::decode(&mut body, 2).unwrap().session_lifetime_ms
     }
@@ -428,7 +429,7 @@ mod tests {
 
     /// The answer's auth bytes (KAAS-BROKER's nonce).
     fn auth_bytes(verdict: Verdict) -> Bytes {
-        let Verdict::Answer(Response::Frame(mut body)) = verdict else { panic!("no answer") };
+        let Verdict::Answer(Response::Frame(mut body, _)) = verdict else { panic!("no answer") };
         ResponseHeader::decode(&mut body, ApiKey::SaslAuthenticate.response_header_version(2)).unwrap();
         SaslAuthenticateResponse::decode(&mut body, 2).unwrap().auth_bytes
     }

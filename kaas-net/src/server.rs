@@ -121,7 +121,7 @@ impl<E: Env> Server<E> {
                     let slot = match open.open(&config, connection::host_of(&peer), clients) {
                         Ok(slot) => slot,
                         Err(refused) => {
-                            kaas_core::broker::metrics::BrokerMetrics::add(&self.broker.metrics.connections_refused, 1);
+                            kaas_core::metrics::BrokerMetrics::add(&self.broker.metrics.connections_refused, 1);
                             tracing::info!(%peer, listener = %self.spec.name, limit = refused.limit, "too many connections from this address: closed");
                             continue;
                         }

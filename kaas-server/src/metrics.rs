@@ -1,16 +1,19 @@
 //! The Prometheus endpoint (`--metrics HOST:PORT`): GET /metrics answers the broker's counters
-//! and a few gauges read at the scrape, in Prometheus's text format, encoded by
-//! prometheus-client. Anything else is a 404. One request per connection.
+//! (kaas-core's `metrics`) and the gauges the actors answer at the scrape (`Broker::gauges`),
+//! in Prometheus's text format, encoded by prometheus-client, every family named and explained
+//! by kaas-core's catalogue. Anything else is a 404. One request per connection.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::fmt::Error;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use kaas_core::Broker;
-use kaas_core::broker::metrics::BrokerMetrics;
+use kaas_core::broker::gauges::Gauges;
 use kaas_core::env::real::RealEnv;
+use kaas_core::metrics::{HistogramRead, OWNED_KINDS, Type, family_of};
 use kafka_protocol::messages::ApiKey;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
@@ -18,8 +21,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 struct BrokerCollector {
-    metrics: Arc<BrokerMetrics>,
     broker: Broker<RealEnv>,
+    /// What the actors answered for this scrape.
+    gauges: Gauges,
 }
 
 impl std::fmt::Debug for BrokerCollector {
@@ -28,128 +32,157 @@ impl std::fmt::Debug for BrokerCollector {
     }
 }
 
-fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> Result<(), std::fmt::Error> {
-    let c = ConstCounter::new(value);
-    c.encode(encoder.encode_descriptor(name, help, None, c.metric_type())?)
+/// Writes one family, its help text from kaas-core's catalogue, and its samples (label values
+/// in the catalogue's label order).
+struct Families<'a> {
+    encoder: DescriptorEncoder<'a>,
 }
 
-fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: i64) -> Result<(), std::fmt::Error> {
-    let g = ConstGauge::new(value);
-    g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
-}
-
-impl Collector for BrokerCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let m = &self.metrics;
-        let requests = ConstCounter::new(0u64);
-        let mut family = encoder.encode_descriptor(
-            "kaas_requests",
-            "Kafka requests received, by API",
-            None,
-            requests.metric_type(),
-        )?;
-        for (key, n) in m.requests() {
-            let api = ApiKey::try_from(key).map(|k| format!("{k:?}")).unwrap_or_else(|_| format!("api-{key}"));
-            ConstCounter::new(n).encode(family.encode_family(&[("api", api.as_str())])?)?;
-        }
-        let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-        counter(
-            &mut encoder,
-            "kaas_connections_accepted",
-            "Client and peer connections accepted",
-            load(&m.connections_accepted),
-        )?;
-        gauge(
-            &mut encoder,
-            "kaas_connections_open",
-            "Connections open now",
-            m.connections_open.load(Ordering::Relaxed),
-        )?;
-        counter(
-            &mut encoder,
-            "kaas_connections_refused",
-            "Connections closed at once, over max.connections.per.ip",
-            load(&m.connections_refused),
-        )?;
-        counter(
-            &mut encoder,
-            "kaas_authentication_failures",
-            "SASL authentications refused",
-            load(&m.authentication_failures),
-        )?;
-        counter(
-            &mut encoder,
-            "kaas_authorization_failures",
-            "Operations the ACLs refused",
-            load(&m.authorization_failures),
-        )?;
-        counter(
-            &mut encoder,
-            "kaas_network_received_bytes",
-            "Request bytes read, framing included",
-            load(&m.bytes_in),
-        )?;
-        counter(
-            &mut encoder,
-            "kaas_network_sent_bytes",
-            "Response bytes written, framing included",
-            load(&m.bytes_out),
-        )?;
-        let snapshot = self.broker.topics.snapshot();
-        let owned = snapshot.topics.values().flat_map(|t| t.partitions.iter()).filter(|p| p.watermarks().owned).count();
-        gauge(&mut encoder, "kaas_topics", "Topics this broker knows", snapshot.topics.len() as i64)?;
-        gauge(&mut encoder, "kaas_partitions_owned", "Partitions this broker owns and serves", owned as i64)?;
-        let view = self.broker.membership.view();
-        gauge(
-            &mut encoder,
-            "kaas_brokers_live",
-            "Brokers with a live lease, as this broker sees them",
-            view.live.len() as i64,
-        )?;
-        gauge(
-            &mut encoder,
-            "kaas_lease_valid",
-            "1 while this broker's own lease holds",
-            i64::from(self.broker.owns_now()),
-        )?;
-        gauge(&mut encoder, "kaas_acl_bindings", "ACL bindings in force", snapshot.acls.bindings.len() as i64)?;
-        gauge(
-            &mut encoder,
-            "kaas_acl_files_unreadable",
-            "1 while an ACL file cannot be read (only super users are authorized)",
-            i64::from(snapshot.acls.unreadable.is_some()),
-        )?;
-        gauge(
-            &mut encoder,
-            "kaas_client_quota_entities",
-            "Entities with client quotas",
-            snapshot.quotas.entities.len() as i64,
-        )?;
-        gauge(
-            &mut encoder,
-            "kaas_client_quota_files_unreadable",
-            "Client quota files that could not be read (the quotas last read from them stand)",
-            snapshot.quota_files_unreadable as i64,
-        )?;
-        let throttling = m.throttling();
-        for (name, help, value) in [
-            ("kaas_throttles", "Requests throttled by a client quota, by quota", 1),
-            ("kaas_throttle_time_milliseconds", "Time clients were throttled for, by quota", 2),
-        ] {
-            let mut family = encoder.encode_descriptor(name, help, None, requests.metric_type())?;
-            for (key, throttles, ms) in &throttling {
-                let n = if value == 1 { *throttles } else { *ms };
-                ConstCounter::new(n).encode(family.encode_family(&[("quota", key.name())])?)?;
+impl Families<'_> {
+    fn family(&mut self, name: &str, samples: impl IntoIterator<Item = (Vec<String>, Sample)>) -> Result<(), Error> {
+        let f = family_of(name);
+        let metric_type = match f.kind {
+            Type::Counter => MetricType::Counter,
+            Type::Gauge => MetricType::Gauge,
+            Type::Histogram => MetricType::Histogram,
+        };
+        let mut family = self.encoder.encode_descriptor(f.name, f.help, None, metric_type)?;
+        for (values, sample) in samples {
+            assert_eq!(values.len(), f.labels.len(), "{name}: a value per label");
+            let labels: Vec<(&str, &str)> = f.labels.iter().copied().zip(values.iter().map(String::as_str)).collect();
+            let encoder = family.encode_family(&labels)?;
+            match sample {
+                Sample::Count(n) => ConstCounter::new(n).encode(encoder)?,
+                Sample::Level(n) => ConstGauge::new(n).encode(encoder)?,
+                Sample::Histogram(h, scale) => HistogramSample(h, scale).encode(encoder)?,
             }
         }
         Ok(())
     }
+
+    fn one(&mut self, name: &str, sample: Sample) -> Result<(), Error> {
+        self.family(name, [(Vec::new(), sample)])
+    }
 }
 
-/// The text a scrape gets.
-pub fn scrape(broker: &Broker<RealEnv>) -> String {
+enum Sample {
+    Count(u64),
+    Level(i64),
+    /// A histogram and what its values are divided by (1e6: microseconds shown in seconds).
+    Histogram(HistogramRead, f64),
+}
+
+struct HistogramSample(HistogramRead, f64);
+
+impl std::fmt::Debug for HistogramSample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HistogramSample({:?})", self.0)
+    }
+}
+
+impl EncodeMetric for HistogramSample {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> Result<(), Error> {
+        let HistogramSample(read, scale) = self;
+        let buckets: Vec<(f64, u64)> =
+            read.buckets.iter().map(|(bound, n)| (bound.map_or(f64::INFINITY, |b| b as f64 / scale), *n)).collect();
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            read.sum as f64 / scale,
+            read.count(),
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+const MICROS: f64 = 1e6;
+
+fn api_name(key: i16) -> String {
+    ApiKey::try_from(key).map(|k| format!("{k:?}")).unwrap_or_else(|_| format!("api-{key}"))
+}
+
+fn error_name(code: i16) -> String {
+    kafka_protocol::ResponseError::try_from_code(code).map_or_else(|| format!("error-{code}"), |e| format!("{e:?}"))
+}
+
+impl Collector for BrokerCollector {
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), Error> {
+        use Sample::{Count, Histogram, Level};
+        let m = &self.broker.metrics;
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut out = Families { encoder };
+        out.family("kaas_requests", m.requests().into_iter().map(|(key, n)| (vec![api_name(key)], Count(n))))?;
+        out.family(
+            "kaas_request_duration_seconds",
+            m.request_durations()
+                .into_iter()
+                .map(|(key, version, h)| (vec![api_name(key), version.to_string()], Histogram(h, MICROS))),
+        )?;
+        out.family(
+            "kaas_request_errors",
+            m.error_counts().into_iter().map(|((key, code), n)| (vec![api_name(key), error_name(code)], Count(n))),
+        )?;
+        out.one("kaas_connections_accepted", Count(load(&m.connections_accepted)))?;
+        out.one("kaas_connections_open", Level(m.connections_open.load(Ordering::Relaxed)))?;
+        out.one("kaas_connections_refused", Count(load(&m.connections_refused)))?;
+        out.one("kaas_authentication_failures", Count(load(&m.authentication_failures)))?;
+        out.one("kaas_authorization_failures", Count(load(&m.authorization_failures)))?;
+        out.one("kaas_network_received_bytes", Count(load(&m.bytes_in)))?;
+        out.one("kaas_network_sent_bytes", Count(load(&m.bytes_out)))?;
+        let topic_bytes = m.topic_byte_counts();
+        out.family("kaas_topic_received_bytes", topic_bytes.iter().map(|(t, n, _)| (vec![t.clone()], Count(*n))))?;
+        out.family("kaas_topic_sent_bytes", topic_bytes.iter().map(|(t, _, n)| (vec![t.clone()], Count(*n))))?;
+        out.one("kaas_log_flush_duration_seconds", Histogram(m.log.flush.read(), MICROS))?;
+        out.one("kaas_group_commit_appends", Histogram(m.log.group_commit.read(), 1.0))?;
+        let snapshot = self.broker.topics.snapshot();
+        let owned = snapshot.topics.values().flat_map(|t| t.partitions.iter()).filter(|p| p.watermarks().owned).count();
+        out.one("kaas_topics", Level(snapshot.topics.len() as i64))?;
+        out.one("kaas_partitions_owned", Level(owned as i64))?;
+        let kinds = || OWNED_KINDS.iter().map(|k| (k, m.ownership(k)));
+        out.family("kaas_owned", kinds().map(|(k, o)| (vec![k.to_string()], Level(o.held.load(Ordering::Relaxed)))))?;
+        out.family("kaas_ownership_claims", kinds().map(|(k, o)| (vec![k.to_string()], Count(load(&o.claims)))))?;
+        out.family("kaas_ownership_takeovers", kinds().map(|(k, o)| (vec![k.to_string()], Count(load(&o.takeovers)))))?;
+        out.family("kaas_ownership_releases", kinds().map(|(k, o)| (vec![k.to_string()], Count(load(&o.releases)))))?;
+        out.one("kaas_brokers_live", Level(self.broker.membership.view().live.len() as i64))?;
+        out.one("kaas_lease_valid", Level(i64::from(self.broker.owns_now())))?;
+        out.one("kaas_lease_renewals", Count(load(&m.lease.renewals)))?;
+        out.one("kaas_lease_renewal_failures", Count(load(&m.lease.failures)))?;
+        out.one("kaas_lease_lapses", Count(load(&m.lease.lapses)))?;
+        out.one("kaas_lease_renewal_lateness_seconds", Histogram(m.lease.lateness.read(), MICROS))?;
+        let g = &self.gauges;
+        out.one("kaas_transactions_open", Level(g.transactions_open as i64))?;
+        out.one("kaas_transaction_oldest_age_seconds", Level(g.oldest_transaction_ms / 1000))?;
+        out.family(
+            "kaas_partition_lso_lag",
+            g.lso_lags.iter().map(|(t, p, lag)| (vec![t.clone(), p.to_string()], Level(*lag))),
+        )?;
+        out.family(
+            "kaas_consumer_group_lag",
+            g.consumer_group_lags.iter().map(|(id, lag)| (vec![id.clone()], Level(*lag))),
+        )?;
+        out.family("kaas_share_group_lag", g.share_group_lags.iter().map(|(id, lag)| (vec![id.clone()], Level(*lag))))?;
+        out.one("kaas_acl_bindings", Level(snapshot.acls.bindings.len() as i64))?;
+        out.one("kaas_acl_files_unreadable", Level(i64::from(snapshot.acls.unreadable.is_some())))?;
+        out.one("kaas_client_quota_entities", Level(snapshot.quotas.entities.len() as i64))?;
+        out.one("kaas_client_quota_files_unreadable", Level(snapshot.quota_files_unreadable as i64))?;
+        let throttling = m.throttling();
+        out.family("kaas_throttles", throttling.iter().map(|(k, n, _)| (vec![k.name().to_string()], Count(*n))))?;
+        out.family(
+            "kaas_throttle_time_milliseconds",
+            throttling.iter().map(|(k, _, ms)| (vec![k.name().to_string()], Count(*ms))),
+        )?;
+        Ok(())
+    }
+}
+
+/// The text a scrape gets: the counters, and the gauges the actors answer now.
+pub async fn scrape(broker: &Broker<RealEnv>) -> String {
+    let gauges = broker.gauges().await;
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(BrokerCollector { metrics: broker.metrics.clone(), broker: broker.clone() }));
+    registry.register_collector(Box::new(BrokerCollector { broker: broker.clone(), gauges }));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("writing to a String never fails");
     text
@@ -174,7 +207,7 @@ pub async fn serve(listener: TcpListener, broker: Broker<RealEnv>) {
             let line = String::from_utf8_lossy(&request);
             let answer = match line.split_whitespace().take(2).collect::<Vec<_>>()[..] {
                 ["GET", "/metrics"] => {
-                    let body = scrape(&broker);
+                    let body = scrape(&broker).await;
                     format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                         body.len()

@@ -21,3 +21,8 @@ fn the_configuration_reference_is_current() {
 fn the_api_table_is_current() {
     check("docs/api.md", kaas_net::api::reference::api_table_markdown());
 }
+
+#[test]
+fn the_metrics_list_is_current() {
+    check("docs/metrics.md", kaas_core::metrics::reference_markdown());
+}

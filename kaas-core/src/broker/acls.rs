@@ -23,7 +23,7 @@ impl<E: Env> Broker<E> {
         let authorizer = Authorizer { settings: &self.config.authorizer, acls: &snapshot.acls };
         let allowed = authorizer.authorize(who, operation, &resource) == Decision::Allowed;
         if !allowed {
-            super::metrics::BrokerMetrics::add(&self.metrics.authorization_failures, 1);
+            crate::metrics::BrokerMetrics::add(&self.metrics.authorization_failures, 1);
         }
         allowed
     }

@@ -22,7 +22,7 @@ use crate::txn::peers::Markers;
 mod acls;
 pub mod connections;
 mod dead_letter;
-pub mod metrics;
+pub mod gauges;
 pub mod quotas;
 pub mod scram;
 mod share;
@@ -46,7 +46,7 @@ pub struct Broker<E: Env> {
     /// Calls to peer brokers, sent by the wire client a server attaches.
     pub peers: PeersHandle,
     /// What operators scrape (`metrics.rs`).
-    pub metrics: Arc<metrics::BrokerMetrics>,
+    pub metrics: Arc<crate::metrics::BrokerMetrics>,
     /// The client quotas' rates measured on this broker.
     rates: Arc<quotas::Rates>,
     /// What this broker proves itself to peers with, and checks peers by.
@@ -66,22 +66,22 @@ impl<E: Env> Broker<E> {
     pub async fn start(env: E, config: BrokerConfig) -> CoreResult<Self> {
         let config = Arc::new(config);
         let broker_secret = Arc::new(crate::cluster::broker_auth::BrokerSecret::load_or_create(&env).await?);
-        let membership = membership::start(&env, config.clone()).await?;
+        let metrics = Arc::new(crate::metrics::BrokerMetrics::default());
+        let membership = membership::start(&env, config.clone(), metrics.lease.clone()).await?;
         let (dead_letters, letters) = tokio::sync::mpsc::unbounded_channel();
-        let topics = topics::start(&env, config.clone(), membership.clone(), dead_letters).await?;
-        let groups = group::start(&env, config.clone(), membership.clone()).await?;
+        let topics = topics::start(&env, config.clone(), membership.clone(), dead_letters, metrics.clone()).await?;
+        let groups = group::start(&env, config.clone(), membership.clone(), metrics.ownership("group")).await?;
         let producer_ids = producer_ids::start(&env, config.broker_id).await?;
         let peers = PeersHandle::default();
-        let txn = coordinator::start(
-            &env,
-            config.clone(),
-            topics.clone(),
-            groups.clone(),
-            producer_ids.clone(),
-            membership.clone(),
-            peers.clone(),
-        )
-        .await?;
+        let links = coordinator::Links {
+            topics: topics.clone(),
+            groups: groups.clone(),
+            producer_ids: producer_ids.clone(),
+            membership: membership.clone(),
+            peers: peers.clone(),
+            ownership_metrics: metrics.ownership("txn_slot"),
+        };
+        let txn = coordinator::start(&env, config.clone(), links).await?;
         marker_queue::recover(&env, config.broker_id).await?;
         let stop = marker_queue::start(&env, config.broker_id, topics.clone(), groups.clone(), membership.subscribe());
         let _marker_watcher = Arc::new(stop);
@@ -102,7 +102,7 @@ impl<E: Env> Broker<E> {
             membership,
             peers,
             broker_secret,
-            metrics: Default::default(),
+            metrics,
             rates: Default::default(),
             share_sessions: Default::default(),
             connections: Default::default(),

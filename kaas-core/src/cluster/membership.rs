@@ -340,6 +340,9 @@ struct Membership<E: Env> {
     valid_until: Option<Instant>,
     observed: BTreeMap<i32, Observation>,
     view: watch::Sender<Arc<ClusterView>>,
+    /// When the last renewal began: the next is late by how much more than an interval after.
+    last_renewal_start: Option<Instant>,
+    metrics: Arc<crate::metrics::LeaseMetrics>,
 }
 
 fn storage(e: std::io::Error) -> CoreError {
@@ -348,7 +351,11 @@ fn storage(e: std::io::Error) -> CoreError {
 
 /// Waits until no other process holds this broker id's lease, takes the lease, and starts the
 /// actor. Returns once the lease is held: the broker owns nothing before.
-pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<MembershipHandle> {
+pub async fn start<E: Env>(
+    env: &E,
+    config: Arc<BrokerConfig>,
+    metrics: Arc<crate::metrics::LeaseMetrics>,
+) -> CoreResult<MembershipHandle> {
     let volume = env.volume().clone();
     volume.create_dir_all(BROKERS_DIR).await.map_err(storage)?;
     let older = wait_for_older_process(env, &config).await?;
@@ -366,6 +373,8 @@ pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>) -> CoreResult<Mem
         valid_until: None,
         observed: BTreeMap::new(),
         view,
+        last_renewal_start: None,
+        metrics,
     };
     while !actor.renew().await {
         env.clock().sleep_ms(actor.config.broker_heartbeat_interval_ms).await;
@@ -465,16 +474,23 @@ impl<E: Env> Membership<E> {
             return false;
         }
         let start = self.env.clock().monotonic();
+        let interval = Duration::from_millis(self.config.broker_heartbeat_interval_ms);
+        if let Some(last) = self.last_renewal_start.replace(start) {
+            let late = start.saturating_duration_since(last + interval);
+            self.metrics.lateness.observe(late.as_micros() as u64);
+        }
         if self.valid_until.is_none_or(|until| start >= until) && self.renewal > 0 {
             // The lease lapsed: whatever a peer took over meanwhile is its now.
             self.session += 1;
             self.renewal = 0;
+            crate::metrics::BrokerMetrics::add(&self.metrics.lapses, 1);
             tracing::warn!(session = self.session, "the broker's lease lapsed; starting a new lease session");
         }
         let next = self.next_lease(false);
         match self.env.volume().write_atomic(&path, next.encode()).await {
             Ok(()) => {
                 self.renewal += 1;
+                crate::metrics::BrokerMetrics::add(&self.metrics.renewals, 1);
                 let validity = Duration::from_millis(
                     self.config.broker_session_timeout_ms - self.config.broker_lease_drift_margin_ms,
                 );
@@ -483,6 +499,7 @@ impl<E: Env> Membership<E> {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot renew the broker's lease");
+                crate::metrics::BrokerMetrics::add(&self.metrics.failures, 1);
                 false
             }
         }

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use super::claims::{Claimed, Claims, Kind};
 use super::membership::ClusterView;
 use crate::env::Volume;
+use crate::metrics::OwnershipMetrics;
 
 /// How a key is held: the epoch claimed, and the lease session it was claimed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,11 +37,17 @@ pub struct Ownership<V: Volume, K: Ord + Clone> {
     claim_key: fn(&K) -> String,
     claims: Claims<V>,
     held: BTreeMap<K, Held>,
+    metrics: std::sync::Arc<OwnershipMetrics>,
 }
 
 impl<V: Volume, K: Ord + Clone + std::fmt::Debug> Ownership<V, K> {
-    pub fn new(volume: V, kind: Kind, claim_key: fn(&K) -> String) -> Self {
-        Ownership { kind, claim_key, claims: Claims::new(volume), held: BTreeMap::new() }
+    pub fn new(volume: V, kind: Kind, claim_key: fn(&K) -> String, metrics: std::sync::Arc<OwnershipMetrics>) -> Self {
+        Ownership { kind, claim_key, claims: Claims::new(volume), held: BTreeMap::new(), metrics }
+    }
+
+    /// What operators see: how many keys are held now.
+    fn count_held(&self) {
+        self.metrics.held.store(self.held.len() as i64, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How `key` is held, if it is.
@@ -80,6 +87,11 @@ impl<V: Volume, K: Ord + Clone + std::fmt::Debug> Ownership<V, K> {
             "held is the newest epoch seen"
         );
         self.held.insert(key.clone(), Held { epoch: claimed.epoch, session: view.session });
+        crate::metrics::BrokerMetrics::add(&self.metrics.claims, 1);
+        if claimed.takeover {
+            crate::metrics::BrokerMetrics::add(&self.metrics.takeovers, 1);
+        }
+        self.count_held();
         Ok(Some(claimed))
     }
 
@@ -93,6 +105,8 @@ impl<V: Volume, K: Ord + Clone + std::fmt::Debug> Ownership<V, K> {
         let (key, held) = self.held.remove_entry(key)?;
         self.claims.release(self.kind, &(self.claim_key)(&key), held.epoch).await;
         assert!(!self.held.contains_key::<K>(&key), "released");
+        crate::metrics::BrokerMetrics::add(&self.metrics.releases, 1);
+        self.count_held();
         Some(held)
     }
 

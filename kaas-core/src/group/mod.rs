@@ -357,6 +357,7 @@ pub async fn start<E: Env>(
     env: &E,
     config: Arc<BrokerConfig>,
     membership: MembershipHandle,
+    ownership_metrics: Arc<crate::metrics::OwnershipMetrics>,
 ) -> CoreResult<GroupsHandle> {
     let offsets = OffsetStore::new(env.volume().clone()).await?;
     let mut coordinator = GroupCoordinator {
@@ -369,7 +370,7 @@ pub async fn start<E: Env>(
         parked_joins: BTreeMap::new(),
         parked_syncs: BTreeMap::new(),
         ends: EndGuard::default(),
-        ownership: Ownership::new(env.volume().clone(), Kind::Group, |group_id| group_key(group_id)),
+        ownership: Ownership::new(env.volume().clone(), Kind::Group, |group_id| group_key(group_id), ownership_metrics),
         membership,
     };
     coordinator.reconcile().await;

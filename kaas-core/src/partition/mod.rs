@@ -37,6 +37,8 @@ pub struct Links {
     pub data_version: watch::Sender<u64>,
     pub cluster: watch::Receiver<Arc<crate::cluster::ClusterView>>,
     pub dead_letters: share::DeadLetterSender,
+    /// The syncs' and group commits' histograms.
+    pub log_metrics: Arc<crate::metrics::LogMetrics>,
 }
 
 use crate::error::{CoreError, CoreResult};
@@ -340,7 +342,12 @@ mod tests {
         let (_cluster, cluster_rx) = watch::channel(Arc::new(view));
         let solo = |epoch| Claimed { epoch, takeover: true };
         let (dead_letters, _) = mpsc::unbounded_channel();
-        let links = |data_version, cluster| Links { data_version, cluster, dead_letters: dead_letters.clone() };
+        let links = |data_version, cluster| Links {
+            data_version,
+            cluster,
+            dead_letters: dead_letters.clone(),
+            log_metrics: Default::default(),
+        };
         let key = || ("t".to_string(), 0);
         let partition =
             start(&env, key(), "t-0".into(), [7; 16], settings, links(data_version.clone(), cluster_rx.clone())).await;
@@ -396,7 +403,7 @@ mod tests {
         let view = ClusterView::standalone(0, crate::env::Clock::monotonic(env.clock()));
         let (_cluster, cluster) = watch::channel(Arc::new(view));
         let (dead_letters, _) = mpsc::unbounded_channel();
-        let links = Links { data_version, cluster, dead_letters };
+        let links = Links { data_version, cluster, dead_letters, log_metrics: Default::default() };
         let partition = start(&env, ("t".to_string(), 0), "t-0".into(), [7; 16], settings, links).await;
         partition.own(Claimed { epoch: 1, takeover: true }, 0).await.unwrap();
         let batch = crate::partition::log::batch::tests::make_batch(0, 5, 1_767_225_600_000);

@@ -140,6 +140,7 @@ impl<E: Env> TopicManager<E> {
             (None, None) => false,
             (None, Some(state)) => {
                 tracing::info!(topic = %name, "topic deleted by a peer");
+                self.metrics.topic_deleted(&name);
                 self.topics.remove(&name);
                 self.stop_topic(&state, false).await;
                 true
@@ -296,6 +297,7 @@ impl<E: Env> TopicManager<E> {
         self.stop_topic(&state, true).await;
         self.assignments.remove(name).await;
         tracing::info!(topic = name, "deleted topic");
+        self.metrics.topic_deleted(name);
         Ok(state.meta.topic_id)
     }
 

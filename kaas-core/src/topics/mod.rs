@@ -380,6 +380,8 @@ pub(super) struct TopicManager<E: Env> {
     data_version: watch::Sender<u64>,
     /// The broker's dead-letter writer, for the partitions' share partitions (KIP-1191).
     dead_letters: crate::partition::share::DeadLetterSender,
+    /// What operators see: the partitions' logs count their syncs into it.
+    metrics: Arc<crate::metrics::BrokerMetrics>,
     membership: MembershipHandle,
     /// The partitions this broker holds: (topic, partition) -> epoch and lease session.
     ownership: Ownership<E::Volume, (String, i32)>,
@@ -399,6 +401,7 @@ pub async fn start<E: Env>(
     config: Arc<BrokerConfig>,
     membership: MembershipHandle,
     dead_letters: crate::partition::share::DeadLetterSender,
+    metrics: Arc<crate::metrics::BrokerMetrics>,
 ) -> CoreResult<TopicsHandle> {
     let empty = MetadataSnapshot {
         topics: BTreeMap::new(),
@@ -427,7 +430,13 @@ pub async fn start<E: Env>(
         data_version,
         dead_letters,
         membership,
-        ownership: Ownership::new(env.volume().clone(), Kind::Partition, |(topic, p)| partition_key(topic, *p)),
+        ownership: Ownership::new(
+            env.volume().clone(),
+            Kind::Partition,
+            |(topic, p)| partition_key(topic, *p),
+            metrics.ownership("partition"),
+        ),
+        metrics,
         assignments: AssignmentStore::new(env.volume().clone()),
         fences: BTreeMap::new(),
         refreshed: BTreeMap::new(),

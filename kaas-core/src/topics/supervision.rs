@@ -74,6 +74,7 @@ impl<E: Env> TopicManager<E> {
                 data_version: self.data_version.clone(),
                 cluster: self.membership.subscribe(),
                 dead_letters: self.dead_letters.clone(),
+                log_metrics: self.metrics.log.clone(),
             };
             let key = (meta.name.clone(), p);
             let partition = partition::start(&self.env, key, dir, meta.topic_id, settings, links).await;

@@ -265,17 +265,22 @@ struct TxnCoordinator<E: Env> {
     dropped_staged: bool,
 }
 
+/// What the coordinator works with: the participants' actors, the producer id blocks, the
+/// cluster, the peers, and the counts of the slots it holds.
+pub struct Links {
+    pub topics: TopicsHandle,
+    pub groups: GroupsHandle,
+    pub producer_ids: ProducerIdsHandle,
+    pub membership: MembershipHandle,
+    pub peers: PeersHandle,
+    pub ownership_metrics: Arc<crate::metrics::OwnershipMetrics>,
+}
+
 /// Loads the slot files and starts the coordinator; prepared transactions are finished at once.
-pub async fn start<E: Env>(
-    env: &E,
-    config: Arc<BrokerConfig>,
-    topics: TopicsHandle,
-    groups: GroupsHandle,
-    producer_ids: ProducerIdsHandle,
-    membership: MembershipHandle,
-    peers: PeersHandle,
-) -> CoreResult<TxnCoordinatorHandle> {
-    let mut ownership = Ownership::new(env.volume().clone(), Kind::TxnSlot, |&slot| txn_slot_key(slot));
+pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>, links: Links) -> CoreResult<TxnCoordinatorHandle> {
+    let Links { topics, groups, producer_ids, membership, peers, ownership_metrics } = links;
+    let mut ownership =
+        Ownership::new(env.volume().clone(), Kind::TxnSlot, |&slot| txn_slot_key(slot), ownership_metrics);
     let mut slot_epochs = BTreeMap::new();
     for slot in 0..state::SLOTS {
         let current = ownership.current_epoch(&slot).await;

@@ -69,6 +69,9 @@ pub enum PeerCall {
         start_offset: Option<i64>,
         reply: oneshot::Sender<CoreResult<()>>,
     },
+    /// Answered with the high watermark of each partition asked that the peer owns (a group's
+    /// lag, for the operators' gauges).
+    HighWatermarks { to: Endpoint, partitions: Vec<(String, i32)>, reply: oneshot::Sender<Vec<((String, i32), i64)>> },
     /// Answered with one of the share partitions the peer owns, as its window has it: the start
     /// offset and lag (DescribeShareGroupOffsets), or `None` if the group never consumed it.
     DescribeShare {
@@ -181,6 +184,16 @@ impl PeersHandle {
         let (group_id, topic) = (group_id.to_string(), topic.to_string());
         let call = |reply| PeerCall::DescribeShare { to, group_id, topic, partition, reply };
         self.queue(call).await.await.unwrap_or(Err(CoreError::CoordinatorNotAvailable))
+    }
+
+    /// The high watermarks of partitions a peer owns; those it did not answer for are left out.
+    pub async fn high_watermarks(
+        &self,
+        to: Endpoint,
+        partitions: Vec<(String, i32)>,
+    ) -> CoreResult<Vec<((String, i32), i64)>> {
+        let call = |reply| PeerCall::HighWatermarks { to, partitions, reply };
+        self.queue(call).await.await.map_err(|_| CoreError::CoordinatorNotAvailable)
     }
 
     /// Appends `records` to a partition a peer owns (KIP-1191's dead letters).

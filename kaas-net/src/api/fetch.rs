@@ -111,7 +111,10 @@ fn throttled<E: Env>(
     let bandwidth = broker.record_quota(QuotaKey::ConsumerByteRate, client, bytes as f64);
     let throttle = bandwidth.max(request_throttle);
     let mut response = match throttle {
-        0 => response,
+        0 => {
+            count_topic_bytes(broker, &response);
+            response
+        }
         _ => {
             broker.unrecord_quota(QuotaKey::ConsumerByteRate, client, bytes as f64);
             mute.extend(broker.env.clock().now_ms(), bandwidth);
@@ -120,6 +123,20 @@ fn throttled<E: Env>(
     };
     crate::throttle::tell(&mut response, header.request_api_version, throttle);
     response
+}
+
+/// Record bytes answered, per topic, for the operators.
+fn count_topic_bytes<E: Env>(broker: &kaas_core::Broker<E>, response: &FetchResponse) {
+    let snapshot = broker.topics.snapshot();
+    let per_topic = response.responses.iter().filter_map(|t| {
+        let bytes: u64 = t.partitions.iter().map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64)).sum();
+        let name = match t.topic.0.is_empty() {
+            true => snapshot.names_by_id.get(t.topic_id.as_bytes())?.as_str(),
+            false => t.topic.0.as_str(),
+        };
+        Some((name, bytes))
+    });
+    broker.metrics.topic_bytes(false, per_topic);
 }
 
 /// One pass over the requested partitions; returns the response and the record bytes in it.

@@ -14,6 +14,7 @@ mod describe_cluster;
 mod describe_quorum;
 mod describe_topic_partitions;
 mod elect_leaders;
+pub mod errors;
 mod fetch;
 mod find_coordinator;
 mod groups;
@@ -276,7 +277,7 @@ fn decode<T: Decodable>(body: &mut Bytes, version: i16) -> Result<T, String> {
 
 /// Encodes a response with its header. An encoding failure is a broker bug: it is logged and
 /// the connection is closed rather than sent a malformed answer.
-pub fn encode<T: Encodable>(key: ApiKey, header: &RequestHeader, body: &T) -> Response {
+pub fn encode<T: Encodable + errors::ErrorCodes>(key: ApiKey, header: &RequestHeader, body: &T) -> Response {
     let version = header.request_api_version;
     let mut buf = BytesMut::new();
     let response_header = ResponseHeader::default().with_correlation_id(header.correlation_id);
@@ -284,7 +285,7 @@ pub fn encode<T: Encodable>(key: ApiKey, header: &RequestHeader, body: &T) -> Re
         .encode(&mut buf, key.response_header_version(version))
         .and_then(|_| body.encode(&mut buf, version));
     match encoded {
-        Ok(()) => Response::Frame(buf.freeze()),
+        Ok(()) => Response::Frame(buf.freeze(), errors::of(body).into_iter().filter(|&c| c != 0).collect()),
         Err(e) => {
             tracing::error!(api = ?key, version, error = %e, "cannot encode response: closing the connection");
             Response::Close

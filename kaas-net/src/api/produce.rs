@@ -25,8 +25,8 @@ use crate::connection::{Answer, Context, Response};
 use crate::error;
 
 /// A topic of the request as named (by name, or from v13 by id), the name it resolved to (None:
-/// an id no topic has), and its partitions' answers.
-type TopicPending = (kafka_protocol::messages::TopicName, uuid::Uuid, Option<String>, Vec<(i32, Produced)>);
+/// an id no topic has), and its partitions' answers with their record bytes.
+type TopicPending = (kafka_protocol::messages::TopicName, uuid::Uuid, Option<String>, Vec<(i32, Produced, u64)>);
 
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
@@ -70,11 +70,12 @@ pub async fn handle<E: Env>(
         };
         let mut partitions = Vec::new();
         for data in topic_data.partition_data {
+            let bytes = data.records.as_ref().map_or(0, |r| r.len() as u64);
             let produced = match &refused {
                 Some(e) => Produced::Done(Err(e.clone())),
                 None => ctx.broker.produce(&snapshot, &produce, name.as_deref(), data.index, data.records).await,
             };
-            partitions.push((data.index, produced));
+            partitions.push((data.index, produced, bytes));
         }
         topics.push((topic_data.name, topic_data.topic_id, name, partitions));
     }
@@ -87,12 +88,14 @@ pub async fn handle<E: Env>(
         return Ok(Answer::Now(Response::Nothing));
     }
     let header = header.clone();
+    let metrics = ctx.broker.metrics.clone();
     Ok(Answer::Later(Box::pin(async move {
         let mut responses = Vec::new();
         for (name, topic_id, resolved, partitions) in topics {
             let resolved = resolved.unwrap_or_default();
             let mut partition_responses = Vec::new();
-            for (index, produced) in partitions {
+            let mut appended_bytes = 0;
+            for (index, produced, bytes) in partitions {
                 // Only an append the partition refused (a sequence, an epoch) tells its log start,
                 // looked up then: an error is rare, a produce is not.
                 let (result, appended) = produced.outcome().await;
@@ -106,8 +109,12 @@ pub async fn handle<E: Env>(
                     Err(CoreError::UnknownProducerId) if version < 5 => Err(CoreError::OutOfOrderSequenceNumber),
                     other => other,
                 };
+                if result.is_ok() {
+                    appended_bytes += bytes;
+                }
                 partition_responses.push(partition_response(index, result, log_start));
             }
+            metrics.topic_bytes(true, [(resolved.as_str(), appended_bytes)]);
             responses.push(
                 TopicProduceResponse::default()
                     .with_name(name)
@@ -205,5 +212,9 @@ pub fn refuse_old_version(header: &RequestHeader, body: &mut Bytes) -> Result<Re
     if version >= 1 {
         out.put_i32(0);
     }
-    Ok(if acks == 0 { Response::Nothing } else { Response::Frame(out.freeze()) })
+    Ok(if acks == 0 {
+        Response::Nothing
+    } else {
+        Response::Frame(out.freeze(), vec![ResponseError::UnsupportedVersion.code()])
+    })
 }

@@ -71,6 +71,8 @@ pub(super) struct PartitionActor<E: Env> {
     shares_unsure: std::collections::BTreeSet<String>,
     /// The broker's dead-letter writer (KIP-1191).
     dead_letters: crate::partition::share::DeadLetterSender,
+    /// Sync durations and group commit sizes, for operators.
+    log_metrics: Arc<crate::metrics::LogMetrics>,
 }
 
 /// The file in a partition directory naming the topic it belongs to.
@@ -109,7 +111,7 @@ pub async fn start<E: Env>(
     settings: PartitionSettings,
     links: super::Links,
 ) -> PartitionHandle {
-    let super::Links { data_version, cluster, dead_letters } = links;
+    let super::Links { data_version, cluster, dead_letters, log_metrics } = links;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let (watermarks, watermarks_rx) = watch::channel(Watermarks::default());
     let (txn_view, txn_view_rx) = watch::channel(TxnView::default());
@@ -136,6 +138,7 @@ pub async fn start<E: Env>(
         share_replies: Vec::new(),
         shares_unsure: Default::default(),
         dead_letters,
+        log_metrics,
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
@@ -301,7 +304,14 @@ impl<E: Env> PartitionActor<E> {
         if log.high_watermark() == log.log_end_offset() && acks.is_empty() {
             return;
         }
+        let started = self.env.clock().monotonic();
         let synced = log.sync().await;
+        self.log_metrics
+            .flush
+            .observe(self.env.clock().monotonic().saturating_duration_since(started).as_micros() as u64);
+        if !acks.is_empty() {
+            self.log_metrics.group_commit.observe(acks.len() as u64);
+        }
         match synced {
             Ok(()) if !self.lease_ok() => {
                 // Written and durable, but the lease ran out meanwhile: a peer may own the
