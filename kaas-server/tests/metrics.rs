@@ -164,3 +164,55 @@ fn a_workload_moves_the_named_series() {
     assert_eq!(sample(&scrape, r#"kaas_partition_lso_lag{topic="work",partition="0"}"#), None, "no lag, no series");
     assert_eq!(sample_of(r#"kaas_consumer_group_lag{group="lagging"}"#), 6.0);
 }
+
+/// On three brokers a group's lag is shown by its coordinator alone, with the high watermarks
+/// of partitions its peers own asked of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_lag_is_shown_by_its_coordinator_across_brokers() {
+    use rdkafka::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use rdkafka::{Offset, TopicPartitionList};
+    const PARTITIONS: i32 = 6;
+    let settings = [
+        "broker.session.timeout.ms=3000",
+        "broker.heartbeat.interval.ms=500",
+        "broker.lease.drift.margin.ms=500",
+        "broker.ownership.settle.ms=1000",
+        "num.partitions=6",
+    ];
+    let brokers = Kaas::cluster("metrics-cluster", 3, &settings);
+    let bootstrap = brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("message.timeout.ms", "60000")
+        .create()
+        .expect("producer");
+    for p in 0..PARTITIONS {
+        for _ in 0..3 {
+            let record = FutureRecord::<(), _>::to("spread").partition(p).payload("x");
+            producer.send(record, Duration::from_secs(60)).await.expect("sent");
+        }
+    }
+    let consumer: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", &bootstrap).set("group.id", "spread").create().expect("consumer");
+    let mut offsets = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        offsets.add_partition_offset("spread", p, Offset::Offset(1)).unwrap();
+    }
+    tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync)).await.unwrap().expect("committed");
+    let lags = |name: &str| -> Vec<Option<f64>> {
+        brokers.iter().map(|b| sample(&get(b.metrics_port.expect("metrics"), "/metrics"), name)).collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut shown = lags(r#"kaas_consumer_group_lag{group="spread"}"#);
+    while shown.iter().flatten().count() != 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        shown = lags(r#"kaas_consumer_group_lag{group="spread"}"#);
+    }
+    assert_eq!(shown.iter().flatten().copied().collect::<Vec<_>>(), vec![f64::from(PARTITIONS * 2)], "{shown:?}");
+    let owned: f64 = lags("kaas_partitions_owned").into_iter().flatten().sum();
+    assert_eq!(owned, f64::from(PARTITIONS), "each partition owned by one broker");
+    let owners = lags("kaas_partitions_owned").into_iter().flatten().filter(|n| *n > 0.0).count();
+    assert!(owners >= 2, "the partitions spread over the brokers, so peers were asked");
+}

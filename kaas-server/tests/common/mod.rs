@@ -96,7 +96,7 @@ impl Kaas {
                     broker_id: Some(id),
                     owns_data_dir: id == 0,
                     sasl_port: sasl.then(free_port),
-                    metrics_port: None,
+                    metrics_port: Some(free_port()),
                 };
                 kaas.spawn();
                 kaas
