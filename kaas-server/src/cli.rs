@@ -1,51 +1,59 @@
-//! The command line: `kaas serve` and its flags, and the tools' commands. Hand-written so far:
-//! three commands with a handful of flags each do not need a parser dependency.
+//! The command line (clap): `kaas serve` and its flags, `kaas admin` (admin/), `kaas share-copy`.
 
+use clap::{Parser, Subcommand};
 use kaas_core::BrokerConfig;
 use kaas_core::config::listeners::{Bind, ListenerAddress, Listeners};
 
-pub const USAGE: &str = "\
-kaas: a Kafka-compatible broker whose brokers share one volume
-
-USAGE:
-    kaas serve [OPTIONS]
-    kaas transactions --bootstrap HOST:PORT list | abort (--transactional-id ID | --topic T --partition P
-                      --producer-id N --producer-epoch E)
-    kaas share-copy --bootstrap HOST:PORT --group G --input TOPIC --output TOPIC --transactional-id ID
-                    [--max-records N] [--abort-every K] [--idle-exit-ms MS]
-        exactly-once queue copy (KIP-1289): records taken from share group G on TOPIC are
-        written to the output and acknowledged in one transaction per poll; every K-th
-        transaction is aborted on purpose; exits after MS without records [default: 10000]
-
-OPTIONS:
-    --data-dir DIR         where partitions, topics and offsets live [default: ./kaas-data]
-    --listen HOST:PORT     address to accept Kafka clients on, PLAINTEXT [default: 127.0.0.1:9092];
-                           several listeners (SSL too): --set listeners=NAME://HOST:PORT,...
-    --advertised HOST:PORT address clients are told to connect to [default: the listen address]
-    --broker-id N          this broker's id (node.id) [default: 0]
-    --metrics HOST:PORT    serve Prometheus metrics at http://HOST:PORT/metrics [default: none]
-    --config FILE          a Kafka-style properties file of settings (name=value lines)
-    --set NAME=VALUE       one setting by its Kafka name, e.g. --set num.partitions=6
-                           (repeatable; applied after --config)
-    -h, --help             print this help
-    -V, --version          print the version
-
+const SETTINGS_HELP: &str = "\
 Settings use Apache Kafka's names (num.partitions, log.retention.ms, ...); every one kaas
 accepts, its default and its meaning is in docs/configuration.md, and Kafka settings that
 mean nothing on a shared volume (log.flush.interval.messages, ...) are accepted and ignored.
-Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.
-";
+Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more, KAAS_LOG_FORMAT=json for JSON.";
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Parser)]
+#[command(name = "kaas", version, about = "kaas: a Kafka-compatible broker whose brokers share one volume")]
+#[command(arg_required_else_help = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a broker
+    #[command(after_help = SETTINGS_HELP)]
+    Serve(ServeArgs),
+    /// Look at and operate a running cluster: brokers and owners, topics, groups with lag,
+    /// transactions, producers, ACLs, SCRAM users
+    Admin(crate::admin::Args),
+    /// Exactly-once queue copy (KIP-1289): records taken from share group G on the input are
+    /// written to the output and acknowledged in one transaction per poll
+    ShareCopy(crate::share_copy::Args),
+}
+
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct ServeArgs {
+    /// Where partitions, topics and offsets live (the shared volume in a cluster)
+    #[arg(long, default_value = "./kaas-data", value_name = "DIR")]
     pub data_dir: String,
-    /// `--listen`: the one PLAINTEXT listener (None: the `listeners` setting, or its default).
+    /// Address to accept Kafka clients on, PLAINTEXT [default: 127.0.0.1:9092]; several
+    /// listeners (SSL, SASL too): --set listeners=NAME://HOST:PORT,...
+    #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<String>,
+    /// Address clients are told to connect to [default: the listen address]
+    #[arg(long, value_name = "HOST:PORT")]
     pub advertised: Option<String>,
+    /// This broker's id (node.id) [default: 0]
+    #[arg(long, value_name = "N")]
     pub broker_id: Option<i32>,
+    /// A Kafka-style properties file of settings (name=value lines)
+    #[arg(long = "config", value_name = "FILE")]
     pub config_file: Option<String>,
+    /// One setting by its Kafka name, e.g. --set num.partitions=6 (repeatable; applied after --config)
+    #[arg(long = "set", value_name = "NAME=VALUE", value_parser = setting)]
     pub settings: Vec<(String, String)>,
-    /// `--metrics`: where the Prometheus endpoint listens (None: no endpoint).
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md)
+    #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
 }
 
@@ -63,53 +71,9 @@ impl Default for ServeArgs {
     }
 }
 
-pub enum Command {
-    Serve(ServeArgs),
-    Transactions(crate::transactions::Args),
-    ShareCopy(crate::share_copy::Args),
-    Help,
-    Version,
-}
-
-pub fn parse(args: &[String]) -> Result<Command, String> {
-    let mut it = args.iter();
-    match it.next().map(String::as_str) {
-        None | Some("-h") | Some("--help") | Some("help") => return Ok(Command::Help),
-        Some("-V") | Some("--version") | Some("version") => return Ok(Command::Version),
-        Some("serve") => {}
-        Some("transactions") => return crate::transactions::parse(&args[1..]).map(Command::Transactions),
-        Some("share-copy") => return crate::share_copy::parse(&args[1..]).map(Command::ShareCopy),
-        Some(other) => return Err(format!("unknown command {other:?}")),
-    }
-    let mut out = ServeArgs::default();
-    while let Some(flag) = it.next() {
-        let (flag, inline) = match flag.split_once('=') {
-            Some((f, v)) if f.starts_with("--") && f != "--set" => (f.to_string(), Some(v.to_string())),
-            _ => (flag.clone(), None),
-        };
-        if flag == "-h" || flag == "--help" {
-            return Ok(Command::Help);
-        }
-        let mut value = || inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--data-dir" => out.data_dir = value()?,
-            "--listen" => out.listen = Some(value()?),
-            "--advertised" => out.advertised = Some(value()?),
-            "--broker-id" => {
-                out.broker_id = Some(value()?.parse().map_err(|_| "--broker-id needs a number".to_string())?)
-            }
-            "--config" => out.config_file = Some(value()?),
-            "--metrics" => out.metrics = Some(value()?),
-            "--set" => {
-                let setting = value()?;
-                let (name, v) =
-                    setting.split_once('=').ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
-                out.settings.push((name.trim().to_string(), v.trim().to_string()));
-            }
-            other => return Err(format!("unknown flag {other}")),
-        }
-    }
-    Ok(Command::Serve(out))
+fn setting(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text.split_once('=').ok_or_else(|| format!("{text}: expected NAME=VALUE"))?;
+    Ok((name.trim().to_string(), value.trim().to_string()))
 }
 
 /// Splits "host:port" (or "[v6]:port").
@@ -192,17 +156,17 @@ pub fn advertise(config: &mut BrokerConfig, listeners: &Listeners, bound: &[(Str
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
+    fn serve(list: &[&str]) -> Result<ServeArgs, String> {
+        let args = std::iter::once("kaas").chain(list.iter().copied());
+        match Cli::try_parse_from(args).map_err(|e| e.to_string())?.command {
+            Command::Serve(a) => Ok(a),
+            other => Err(format!("not serve: {other:?}")),
+        }
     }
 
     #[test]
     fn flags_parse_with_spaces_or_equals() {
-        let Ok(Command::Serve(a)) =
-            parse(&args(&["serve", "--data-dir=/d", "--listen", "0.0.0.0:1", "--set", "num.partitions=3"]))
-        else {
-            panic!("parse failed")
-        };
+        let a = serve(&["serve", "--data-dir=/d", "--listen", "0.0.0.0:1", "--set", "num.partitions=3"]).unwrap();
         assert_eq!(a.data_dir, "/d");
         assert_eq!(a.settings, vec![("num.partitions".into(), "3".into())]);
         let (config, listeners) = broker_config(&a, Some("auto.create.topics.enable=false")).unwrap();
@@ -210,28 +174,72 @@ mod tests {
         assert!(!config.auto_create_topics_enable);
         assert_eq!((config.advertised_host.as_str(), config.advertised_port), ("127.0.0.1", 1));
         assert_eq!(bind_address(&listeners.bind[0]), "0.0.0.0:1");
-        assert!(parse(&args(&["serve", "--bogus"])).is_err());
-        assert!(matches!(parse(&args(&[])), Ok(Command::Help)));
+        assert!(serve(&["serve", "--bogus"]).is_err());
+        assert!(serve(&["serve", "--set", "no-equals"]).unwrap_err().contains("NAME=VALUE"));
+        assert_eq!(serve(&["serve"]).unwrap(), ServeArgs::default());
+        assert!(Cli::try_parse_from(["kaas"]).is_err(), "no command: the help");
+    }
+
+    #[test]
+    fn admin_commands_parse() {
+        let parse = |list: &[&str]| Cli::try_parse_from(std::iter::once("kaas").chain(list.iter().copied()));
+        assert!(parse(&["admin", "--bootstrap-server", "h:1", "transactions", "list"]).is_ok());
+        assert!(parse(&["admin", "transactions", "abort", "--transactional-id", "t"]).is_ok());
+        let partition = [
+            "admin",
+            "transactions",
+            "abort",
+            "--topic",
+            "x",
+            "--partition",
+            "2",
+            "--producer-id",
+            "7",
+            "--producer-epoch",
+            "3",
+        ];
+        assert!(parse(&partition).is_ok());
+        assert!(
+            parse(&["admin", "transactions", "abort", "--topic", "x"]).is_err(),
+            "a partition abort names all four"
+        );
+        assert!(parse(&["admin", "transactions", "abort", "--transactional-id", "t", "--topic", "x"]).is_err());
+        assert!(
+            parse(&[
+                "admin",
+                "acls",
+                "add",
+                "--principal",
+                "User:a",
+                "--operation",
+                "read",
+                "--topic",
+                "t",
+                "--group",
+                "g"
+            ])
+            .is_err(),
+            "one resource"
+        );
+        assert!(parse(&["admin", "cluster", "--data-dir", "/v", "--output", "json"]).is_ok());
+        assert!(parse(&["admin", "groups", "describe"]).is_err(), "describe names a group");
     }
 
     #[test]
     fn listeners_come_from_settings_or_flags_not_both() {
-        let serve = |list: &[&str]| match parse(&args(list)) {
-            Ok(Command::Serve(a)) => broker_config(&a, None),
-            _ => panic!("parse failed"),
-        };
         let set = "listeners=PLAINTEXT://:0,SSL://127.0.0.1:0";
-        let (mut config, listeners) = serve(&["serve", "--set", set]).unwrap();
+        let (mut config, listeners) = broker_config(&serve(&["serve", "--set", set]).unwrap(), None).unwrap();
         assert_eq!(listeners.bind.len(), 2);
         advertise(&mut config, &listeners, &[("PLAINTEXT".into(), 4001), ("SSL".into(), 4002)]);
         let get = |c: &BrokerConfig, name: &str| kaas_core::config::settings::find(name).map(|s| (s.get)(c));
         assert_eq!(get(&config, "advertised.listeners").unwrap(), "PLAINTEXT://127.0.0.1:4001,SSL://127.0.0.1:4002");
         assert_eq!((config.advertised_host.as_str(), config.advertised_port), ("127.0.0.1", 4001));
-        assert!(serve(&["serve", "--listen", "127.0.0.1:1", "--set", set]).unwrap_err().contains("not both"));
-        let advertised = ["serve", "--set", set, "--advertised", "kaas-0:9092"];
-        let (config, _) = serve(&advertised).unwrap();
+        let both = serve(&["serve", "--listen", "127.0.0.1:1", "--set", set]).unwrap();
+        assert!(broker_config(&both, None).unwrap_err().contains("not both"));
+        let advertised = serve(&["serve", "--set", set, "--advertised", "kaas-0:9092"]).unwrap();
+        let (config, _) = broker_config(&advertised, None).unwrap();
         assert_eq!(config.advertised_listeners.len(), 1, "only PLAINTEXT is advertised");
-        let advertised_ssl_only = ["serve", "--set", "listeners=SSL://:9093", "--advertised", "kaas-0:9092"];
-        assert!(serve(&advertised_ssl_only).unwrap_err().contains("not one of the listeners"));
+        let ssl_only = serve(&["serve", "--set", "listeners=SSL://:9093", "--advertised", "kaas-0:9092"]).unwrap();
+        assert!(broker_config(&ssl_only, None).unwrap_err().contains("not one of the listeners"));
     }
 }

@@ -1,6 +1,7 @@
 //! The `kaas` binary: parses the command line, wires the real env, serves until SIGTERM/SIGINT,
 //! then stops accepting, closes connections and syncs every partition before exiting.
 
+mod admin;
 mod cli;
 mod metrics;
 mod oauth;
@@ -8,7 +9,6 @@ mod principal;
 mod sasl;
 mod share_copy;
 mod tls;
-mod transactions;
 
 use std::sync::Arc;
 
@@ -21,44 +21,20 @@ use tokio::sync::watch;
 
 /// What `--version` and the start-up log add when the binary was built with the simulator's
 /// hooks compiled in (features unified by a `--workspace` build).
-const SIM_HOOKS_NOTE: &str =
-    " (built with the simulator's hooks compiled in: build it with `cargo build --release -p kaas-server`)";
+const VERSION_WITH_SIM_HOOKS: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (built with the simulator's hooks compiled in: build it with `cargo build --release -p kaas-server`)"
+);
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let command = match cli::parse(&args) {
-        Ok(command) => command,
-        Err(e) => {
-            eprintln!("kaas: {e}\n\n{}", cli::USAGE);
-            std::process::exit(2);
-        }
-    };
-    let serve = match command {
-        cli::Command::Help => {
-            print!("{}", cli::USAGE);
-            return;
-        }
-        cli::Command::Version => {
-            println!("kaas {}{}", env!("CARGO_PKG_VERSION"), if kaas_core::SIM_HOOKS { SIM_HOOKS_NOTE } else { "" });
-            return;
-        }
+    use clap::{CommandFactory, FromArgMatches};
+    let version = if kaas_core::SIM_HOOKS { VERSION_WITH_SIM_HOOKS } else { env!("CARGO_PKG_VERSION") };
+    let matches = cli::Cli::command().version(version).get_matches();
+    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let serve = match cli.command {
         cli::Command::Serve(serve) => serve,
-        cli::Command::ShareCopy(args) => {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-            if let Err(e) = runtime.block_on(share_copy::run(args)) {
-                eprintln!("kaas share-copy: {e}");
-                std::process::exit(1);
-            }
-            return;
-        }
-        cli::Command::Transactions(args) => {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-            if let Err(e) = runtime.block_on(transactions::run(args)) {
-                eprintln!("kaas transactions: {e}");
-                std::process::exit(1);
-            }
-            return;
-        }
+        cli::Command::Admin(args) => exit_with("kaas admin", current_thread().block_on(admin::run(args))),
+        cli::Command::ShareCopy(args) => exit_with("kaas share-copy", current_thread().block_on(share_copy::run(args))),
     };
     let logs = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
@@ -72,13 +48,26 @@ fn main() {
         logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
     }
     if kaas_core::SIM_HOOKS {
-        tracing::warn!("kaas {}{SIM_HOOKS_NOTE}", env!("CARGO_PKG_VERSION"));
+        tracing::warn!("kaas {VERSION_WITH_SIM_HOOKS}");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     if let Err(e) = runtime.block_on(run(serve)) {
         tracing::error!("{e}");
         std::process::exit(1);
     }
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+}
+
+/// Ends a tool's process: 0 if it did what it was asked, else 1 with why on stderr.
+fn exit_with(tool: &str, result: Result<(), String>) -> ! {
+    if let Err(e) = result {
+        eprintln!("{tool}: {e}");
+        std::process::exit(1);
+    }
+    std::process::exit(0);
 }
 
 async fn run(args: cli::ServeArgs) -> Result<(), String> {

@@ -10,60 +10,32 @@ use kaas_client::share_consumer::{ShareConsumer, Unobserved};
 use kaas_client::share_copy::{CopyConfig, CopyHooks, ShareCopier, TxnEnd, TxnReport};
 use kaas_client::{Client, Quiet, Tcp};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Args {
+    /// A broker to start from
+    #[arg(long, visible_alias = "bootstrap-server", default_value = "127.0.0.1:9092", value_name = "HOST:PORT")]
     pub bootstrap: String,
+    /// The share group the copiers take records as
+    #[arg(long)]
     pub group: String,
+    /// The topic to copy from
+    #[arg(long)]
     pub input: String,
+    /// The topic to copy to
+    #[arg(long)]
     pub output: String,
+    /// This copier's transactional id (each copier its own)
+    #[arg(long)]
     pub transactional_id: String,
+    /// Stop after this many records
+    #[arg(long)]
     pub max_records: Option<u64>,
+    /// Abort every K-th transaction on purpose (0: never)
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64))]
     pub abort_every: Option<u64>,
+    /// Exit after this long without records
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
     pub idle_exit_ms: u64,
-}
-
-pub fn parse(args: &[String]) -> Result<Args, String> {
-    let mut flags: Vec<(String, String)> = Vec::new();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let flag = arg.strip_prefix("--").ok_or_else(|| format!("unexpected argument {arg}"))?;
-        let (flag, value) = match flag.split_once('=') {
-            Some((f, v)) => (f.to_string(), v.to_string()),
-            None => (flag.to_string(), it.next().ok_or_else(|| format!("--{flag} needs a value"))?.clone()),
-        };
-        flags.push((flag, value));
-    }
-    for (flag, _) in &flags {
-        let known = [
-            "bootstrap",
-            "bootstrap-server",
-            "group",
-            "input",
-            "output",
-            "transactional-id",
-            "max-records",
-            "abort-every",
-            "idle-exit-ms",
-        ];
-        if !known.contains(&flag.as_str()) {
-            return Err(format!("unknown flag --{flag}"));
-        }
-    }
-    let get = |name: &str| flags.iter().rev().find(|(f, _)| f == name).map(|(_, v)| v.clone());
-    let required = |name: &str| get(name).ok_or_else(|| format!("--{name} is required"));
-    let number = |name: &str| -> Result<Option<u64>, String> {
-        get(name).map(|v| v.parse().map_err(|_| format!("--{name}: not a number: {v}"))).transpose()
-    };
-    Ok(Args {
-        bootstrap: get("bootstrap").or_else(|| get("bootstrap-server")).unwrap_or_else(|| "127.0.0.1:9092".into()),
-        group: required("group")?,
-        input: required("input")?,
-        output: required("output")?,
-        transactional_id: required("transactional-id")?,
-        max_records: number("max-records")?,
-        abort_every: number("abort-every")?.filter(|k| *k > 0),
-        idle_exit_ms: number("idle-exit-ms")?.unwrap_or(10_000),
-    })
 }
 
 /// Prints progress at most once a second, and every transaction that did not commit.
@@ -123,7 +95,7 @@ pub async fn run(args: Args) -> Result<(), String> {
         transactional_id: args.transactional_id.clone(),
         member_id,
         max_records: args.max_records,
-        abort_every: args.abort_every,
+        abort_every: args.abort_every.filter(|k| *k > 0),
         idle_exit_ms: args.idle_exit_ms,
         transaction_timeout_ms: 60_000,
         poll_records: 500,
@@ -160,14 +132,21 @@ pub async fn run(args: Args) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
-    fn args(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(list: &[&str]) -> Result<Args, clap::Error> {
+        Wrapper::try_parse_from(std::iter::once("share-copy").chain(list.iter().copied())).map(|w| w.args)
     }
 
     #[test]
     fn flags_parse_and_the_required_ones_are_required() {
-        let a = parse(&args(&[
+        let a = parse(&[
             "--bootstrap",
             "h:1",
             "--group",
@@ -179,13 +158,13 @@ mod tests {
             "t",
             "--abort-every",
             "3",
-        ]))
+        ])
         .unwrap();
         assert_eq!(
             (a.bootstrap.as_str(), a.abort_every, a.idle_exit_ms, a.max_records),
             ("h:1", Some(3), 10_000, None)
         );
-        assert!(parse(&args(&["--group", "g", "--input", "in", "--output", "out"])).is_err(), "a transactional id");
-        assert!(parse(&args(&["--bogus", "1"])).is_err());
+        assert!(parse(&["--group", "g", "--input", "in", "--output", "out"]).is_err(), "a transactional id");
+        assert!(parse(&["--bogus", "1"]).is_err());
     }
 }

@@ -48,6 +48,17 @@ pub enum Kind {
 }
 
 impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Partition, Kind::Group, Kind::TxnSlot];
+
+    /// The kind as operators see it named (metrics' `kind` label, `kaas admin cluster`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Partition => "partition",
+            Kind::TxnSlot => "txn_slot",
+            Kind::Group => "group",
+        }
+    }
+
     fn dir(self) -> &'static str {
         match self {
             Kind::Partition => "partitions",
@@ -164,6 +175,30 @@ impl<V: Volume> Claims<V> {
         }
         self.known.insert(slot, epoch);
         Ok(current)
+    }
+
+    /// Every key of `kind` ever claimed, with its newest claim and whether that was released:
+    /// what an operator's report shows. Keys are found by listing, fine for a report (never
+    /// for a decision, see above); a damaged claim is reported as the error.
+    pub async fn report(&mut self, kind: Kind) -> io::Result<Vec<(String, io::Result<(ClaimFile, bool)>)>> {
+        let dir = join(OWNERS_DIR, kind.dir());
+        let mut keys = self.volume.list(&dir).await?;
+        keys.sort();
+        let mut rows = Vec::new();
+        for key in keys {
+            let claim = match self.current(kind, &key).await {
+                Ok(Some(claim)) => claim,
+                Ok(None) => continue,
+                Err(e) => {
+                    rows.push((key, Err(e)));
+                    continue;
+                }
+            };
+            let release = join(&Self::key_dir(kind, &key), &released_name(claim.epoch));
+            let released = self.volume.read(&release).await.map(|r| r.is_some());
+            rows.push((key, released.map(|released| (claim, released))));
+        }
+        Ok(rows)
     }
 
     /// The broker holding the newest epoch of `key` unreleased; `None` when no one does (never

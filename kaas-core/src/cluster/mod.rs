@@ -23,6 +23,7 @@ pub mod ownership;
 pub mod producer_ids;
 pub mod quotas;
 pub mod reassignment;
+pub mod report;
 pub mod scram;
 
 pub use claims::{Claimed, Claims, Kind};
