@@ -7,6 +7,7 @@ pub mod broker_auth;
 pub mod connection;
 pub mod error;
 pub mod frame;
+pub mod fuzz;
 pub mod peers;
 pub mod sasl;
 pub mod server;

@@ -4,9 +4,6 @@
 mod admin;
 mod cli;
 mod metrics;
-mod oauth;
-mod principal;
-mod sasl;
 mod share_copy;
 mod tls;
 
@@ -17,6 +14,7 @@ use kaas_core::env::real::RealEnv;
 use kaas_core::env::{Env, Listener, Net};
 use kaas_net::Server;
 use kaas_net::server::ListenerSpec;
+use kaas_server::{principal, sasl};
 use tokio::sync::watch;
 
 /// What `--version` and the start-up log add when the binary was built with the simulator's

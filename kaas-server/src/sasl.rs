@@ -231,18 +231,50 @@ impl Mechanisms for Listener {
         }
         let name = Mechname::parse(mechanism.as_bytes()).ok()?;
         let session = SASLServer::<Outcome>::new(self.config.clone()).start_suggested(name).ok()?;
-        Some(Box::new(RsaslExchange(session)))
+        Some(Box::new(RsaslExchange { session, scram: mechanism.starts_with("SCRAM-"), steps: 0 }))
     }
 }
 
-struct RsaslExchange(Session<Outcome>);
+struct RsaslExchange {
+    session: Session<Outcome>,
+    /// SCRAM's messages are checked before rsasl parses them (`scram_attributes_whole`).
+    scram: bool,
+    steps: u32,
+}
+
+/// Whether every attribute of a SCRAM client message is at least `x=` (RFC 5802: each is a
+/// letter, `=`, a value), as rsasl 2.3.1's parser assumes without checking (it panics on a
+/// shorter one). The client-first message opens with the GS2 header: a flag, then an authzid
+/// that may be empty.
+fn scram_attributes_whole(first: bool, client: &[u8]) -> bool {
+    let mut fields = client.split(|b| *b == b',');
+    if first {
+        let (_flag, authzid) = (fields.next(), fields.next());
+        if authzid.is_some_and(|a| !a.is_empty() && a.len() < 2) {
+            return false;
+        }
+    }
+    fields.all(|f| f.len() >= 2)
+}
 
 impl Exchange for RsaslExchange {
     fn step(&mut self, client: &[u8]) -> Step {
         let mut out = Cursor::new(Vec::new());
-        match self.0.step(Some(client), &mut out) {
+        // A client's bytes must never end a broker's task: should a mechanism panic all the
+        // same (rsasl's SCRAM parser did, see `scram_attributes_whole`), that is a refusal, and
+        // the exchange, left half-done, is never stepped again (the connection closes).
+        if self.scram && !scram_attributes_whole(self.steps == 0, client) {
+            return Step::Failed("a SCRAM attribute shorter than its name".into());
+        }
+        self.steps += 1;
+        let stepped =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.session.step(Some(client), &mut out)));
+        let Ok(stepped) = stepped else {
+            return Step::Failed("the mechanism could not parse the client's message".into());
+        };
+        match stepped {
             Ok(State::Running) => Step::Continue(Bytes::from(out.into_inner())),
-            Ok(State::Finished(_)) => match self.0.validation() {
+            Ok(State::Finished(_)) => match self.session.validation() {
                 Some(Ok((user, expires_at_ms))) => {
                     Step::Done { user, answer: Bytes::from(out.into_inner()), expires_at_ms }
                 }
@@ -252,6 +284,28 @@ impl Exchange for RsaslExchange {
             Err(e) => Step::Failed(e.to_string()),
         }
     }
+}
+
+/// A listener with every mechanism kaas serves, for fuzzing: PLAIN (user `fuzz`, password
+/// `fuzz`), SCRAM-SHA-256 and -512 with the credentials under `data_dir` (none: every user is
+/// unknown), and OAUTHBEARER's unsecured tokens.
+pub fn fuzz_listener(data_dir: &str) -> Listener {
+    let mut config = BrokerConfig { log_dir: data_dir.to_string(), ..BrokerConfig::default() };
+    let settings = [
+        ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"),
+        (
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required user_fuzz=\"fuzz\";",
+        ),
+        (
+            "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"fuzz\";",
+        ),
+    ];
+    for (name, value) in settings {
+        config.set(name, value).expect("a fuzz listener's setting");
+    }
+    Listener::from_config(&config, "SASL_PLAINTEXT").expect("the fuzz listener")
 }
 
 #[cfg(test)]
@@ -326,5 +380,17 @@ mod tests {
         assert!(login("bob", "bob-secret", "SCRAM-SHA-512").is_err(), "no SHA-512 credential");
         assert!(login("carol", "anything", "SCRAM-SHA-256").is_err(), "no such user");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Found by the fuzz run: rsasl 2.3.1's SCRAM parser panics on an attribute shorter than
+    /// its `x=` prefix; the exchange refuses it instead, and the broker's task goes on.
+    #[test]
+    fn a_malformed_scram_message_is_refused_not_a_panic() {
+        let dir = std::env::temp_dir().join(format!("kaas-scram-malformed-{}", std::process::id()));
+        let listener = fuzz_listener(&dir.display().to_string());
+        for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
+            let mut exchange = listener.start(mechanism).expect("enabled");
+            assert!(matches!(exchange.step(b"n,,n=a,"), Step::Failed(_)), "{mechanism}");
+        }
     }
 }

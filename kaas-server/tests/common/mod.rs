@@ -23,6 +23,8 @@ pub struct Kaas {
     pub sasl_port: Option<u16>,
     /// The Prometheus endpoint's port (`with_metrics`).
     pub metrics_port: Option<u16>,
+    /// More listeners beside PLAINTEXT, by name and port (`with_listeners`).
+    pub listeners: Vec<(String, u16)>,
 }
 
 /// An empty data directory for the test `name`.
@@ -42,6 +44,29 @@ impl Kaas {
         Self::single(name, settings, false)
     }
 
+    /// Starts a broker with listeners `names` (SSL, SASL_PLAINTEXT, ...; each on a free port,
+    /// in `listeners`) beside its PLAINTEXT one, and metrics.
+    pub fn with_listeners(name: &str, names: &[&str], settings: &[&str]) -> Kaas {
+        let mut kaas = Kaas {
+            data_dir: fresh_data_dir(name),
+            port: free_port(),
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            broker_id: None,
+            owns_data_dir: true,
+            sasl_port: None,
+            metrics_port: Some(free_port()),
+            listeners: names.iter().map(|n| (n.to_string(), free_port())).collect(),
+        };
+        kaas.spawn();
+        kaas
+    }
+
+    /// The process id of the running broker.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// Starts a broker that serves Prometheus metrics (`--metrics`) on `metrics_port`.
     pub fn with_metrics(name: &str, settings: &[&str]) -> Kaas {
         Self::single(name, settings, true)
@@ -57,6 +82,7 @@ impl Kaas {
             owns_data_dir: true,
             sasl_port: None,
             metrics_port: metrics.then(free_port),
+            listeners: Vec::new(),
         };
         kaas.spawn();
         kaas
@@ -97,6 +123,7 @@ impl Kaas {
                     owns_data_dir: id == 0,
                     sasl_port: sasl.then(free_port),
                     metrics_port: Some(free_port()),
+                    listeners: Vec::new(),
                 };
                 kaas.spawn();
                 kaas
@@ -125,6 +152,7 @@ impl Kaas {
             self.port = free_port();
             self.sasl_port = self.sasl_port.map(|_| free_port());
             self.metrics_port = self.metrics_port.map(|_| free_port());
+            self.listeners.iter_mut().for_each(|(_, port)| *port = free_port());
         }
         panic!("kaas did not start on any of 10 ports");
     }
@@ -132,11 +160,12 @@ impl Kaas {
     fn try_spawn(&mut self) -> bool {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kaas"));
         cmd.arg("serve").arg("--data-dir").arg(&self.data_dir);
-        match self.sasl_port {
-            None => cmd.arg("--listen").arg(self.bootstrap()),
-            Some(sasl) => cmd
-                .arg("--set")
-                .arg(format!("listeners=PLAINTEXT://{},SASL_PLAINTEXT://127.0.0.1:{sasl}", self.bootstrap())),
+        let mut listeners = vec![format!("PLAINTEXT://{}", self.bootstrap())];
+        listeners.extend(self.sasl_port.map(|sasl| format!("SASL_PLAINTEXT://127.0.0.1:{sasl}")));
+        listeners.extend(self.listeners.iter().map(|(name, port)| format!("{name}://127.0.0.1:{port}")));
+        match listeners.len() {
+            1 => cmd.arg("--listen").arg(self.bootstrap()),
+            _ => cmd.arg("--set").arg(format!("listeners={}", listeners.join(","))),
         };
         cmd.stdout(Stdio::null())
             .stderr(Stdio::inherit())

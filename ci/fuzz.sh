@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing (libFuzzer, cargo-fuzz) of what a broker reads before it trusts
+# anyone: request frames (`frames`), every API's request decoder and a Produce's batches
+# (`request`), and SASL before authentication through rsasl's mechanisms (`sasl`).
+#
+#   bash ci/fuzz.sh [SECONDS_PER_TARGET]      (default 60)
+#
+# Needs the nightly toolchain; installs cargo-fuzz if it is missing. Each target starts from
+# fuzz/seeds/<target> (regressions, committed) and fuzz/corpus/<target> (what earlier runs kept,
+# not committed). A crash leaves its input in fuzz/artifacts/<target>/: fix it, then commit the
+# input under fuzz/seeds/<target>/ with a name that says what it broke. The test suite runs the
+# same targets for a bounded time without coverage guidance (kaas-server/tests/fuzz.rs).
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+seconds=${1:-60}
+command -v cargo-fuzz > /dev/null || cargo install cargo-fuzz --locked
+cargo +nightly fuzz build -s none
+for target in frames request sasl; do
+  mkdir -p "corpus/$target"
+  echo "== $target: ${seconds}s"
+  cargo +nightly fuzz run -s none "$target" "corpus/$target" "seeds/$target" -- \
+    -max_total_time="$seconds" -rss_limit_mb=1024 -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==|SUMMARY|thread .* panicked)" || true
+  if ls "artifacts/$target"/crash-* > /dev/null 2>&1; then
+    echo "fuzz.sh: $target crashed; inputs in fuzz/artifacts/$target/" >&2
+    exit 1
+  fi
+done
+echo "fuzz.sh: no crash in ${seconds}s per target"
