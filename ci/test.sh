@@ -41,6 +41,8 @@ section "SSL and SASL listeners: Java, kafka-python, confluent-kafka; mutual TLS
 bash ci/security.sh
 section "ACLs and client quotas on 3 brokers: kafka-acls, kafka-configs, confluent-kafka transactions as a granted user, a refused user, kafka-python's admin"
 bash ci/acls.sh
+section "kafka-python's own admin integration tests (ACLs, topics, configs, groups, offsets) with an authorizer"
+bash ci/suites/kafka_python.sh
 section "OAUTHBEARER (signed and unsecured tokens) and re-authentication: the Java client, confluent-kafka"
 bash ci/oauth.sh
 section "exactly-once copies under broker kills (TransactionalMessageCopier, franz-go)"
