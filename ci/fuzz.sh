@@ -3,9 +3,10 @@
 # anyone: request frames (`frames`), every API's request decoder and a Produce's batches
 # (`request`), and SASL before authentication through rsasl's mechanisms (`sasl`).
 #
-#   bash ci/fuzz.sh [SECONDS_PER_TARGET]      (default 60)
+#   bash ci/fuzz.sh [SECONDS_PER_TARGET]      (default 60; --build-only: build, run nothing)
 #
-# Needs the nightly toolchain; installs cargo-fuzz if it is missing. Each target starts from
+# Needs the nightly toolchain (without it: says so, and fails); installs cargo-fuzz if it is
+# missing. .ci/run runs it for 20 s per target. Each target starts from
 # fuzz/seeds/<target> (regressions, committed) and fuzz/corpus/<target> (what earlier runs kept,
 # not committed). A crash leaves its input in fuzz/artifacts/<target>/: fix it, then commit the
 # input under fuzz/seeds/<target>/ with a name that says what it broke. The test suite runs the
@@ -13,14 +14,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 seconds=${1:-60}
+rustup run nightly rustc --version > /dev/null 2>&1 || { echo "fuzz.sh: no nightly toolchain (rustup toolchain install nightly)" >&2; exit 1; }
 command -v cargo-fuzz > /dev/null || cargo install cargo-fuzz --locked
 cargo +nightly fuzz build -s none
+[ "$seconds" = --build-only ] && exit 0
 for target in frames request sasl; do
   mkdir -p "corpus/$target"
   echo "== $target: ${seconds}s"
   cargo +nightly fuzz run -s none "$target" "corpus/$target" "seeds/$target" -- \
-    -max_total_time="$seconds" -rss_limit_mb=1024 -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==|SUMMARY|thread .* panicked)" || true
-  if ls "artifacts/$target"/crash-* > /dev/null 2>&1; then
+    -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=10 -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==|SUMMARY|thread .* panicked)" || true
+  if ls "artifacts/$target"/{crash,oom,timeout,leak}-* > /dev/null 2>&1; then
     echo "fuzz.sh: $target crashed; inputs in fuzz/artifacts/$target/" >&2
     exit 1
   fi

@@ -29,11 +29,13 @@ section "cargo test: the simulator"
 # and compiling their harness optimised took minutes; ci/sim.sh builds the sim profile's
 # binary for the seeds.
 cargo test -p kaas-sim -- --test-threads=2
-# Under .ci/run, the simulator's optimised binary for ci/sim.sh builds in the background at the
-# lowest priority while the scripts below mostly wait on brokers, JVMs and sleeps: ci/sim.sh
-# then finds it built (its cargo waits for this one if not). Off for a plain test run.
+# Under .ci/run, the simulator's optimised binary for ci/sim.sh, then the fuzz targets for
+# ci/fuzz.sh (nightly, libFuzzer's instrumentation), build in the background at the lowest
+# priority while the scripts below mostly wait on brokers, JVMs and sleeps: the later scripts
+# find them built (their cargo waits for these if not). Off for a plain test run.
 if [ "${KAAS_CI_SIM_PREBUILD:-0}" = 1 ]; then
-  nice -n 19 cargo build --profile sim -p kaas-sim > target/sim-prebuild.log 2>&1 &
+  (nice -n 19 cargo build --profile sim -p kaas-sim > target/sim-prebuild.log 2>&1
+   nice -n 19 bash ci/fuzz.sh --build-only > target/fuzz-prebuild.log 2>&1) &
 fi
 section "client scripts"
 bash ci/clients.sh
