@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::api::{text, topic};
 use crate::error;
 use crate::frame;
-use crate::server::ShutdownSignal;
+use crate::server::{Accepted, PeerHandshake, ShutdownSignal};
 
 /// How long a peer has to answer a call, a marker's fsync included.
 const PEER_REQUEST_TIMEOUT_MS: u64 = 10_000;
@@ -63,8 +63,8 @@ struct Job {
 /// Serves the calls of `kaas_core::txn::peers` until shutdown.
 pub async fn serve<E: Env>(
     env: E,
-    broker_id: i32,
-    secret: Arc<BrokerSecret>,
+    me: Me,
+    handshake: Option<PeerHandshake<Accepted<E>>>,
     mut calls: mpsc::Receiver<PeerCall>,
     mut shutdown: ShutdownSignal,
 ) {
@@ -83,8 +83,7 @@ pub async fn serve<E: Env>(
         links.retain(|_, link| !link.is_closed());
         let link = links.entry(to.clone()).or_insert_with(|| {
             let (tx, rx) = mpsc::channel(LINK_QUEUE_MAX);
-            let me = Me { broker_id, client_id: peers::client_id(broker_id), secret: secret.clone() };
-            env.spawner().spawn("peer-link", link(env.clone(), to.clone(), me, rx));
+            env.spawner().spawn("peer-link", link(env.clone(), to.clone(), me.clone(), handshake.clone(), rx));
             tx
         });
         // A full link means the peer is slow or gone, and a link that ended idle just now
@@ -416,16 +415,31 @@ struct InFlight {
 }
 
 /// Who this broker is to its peers.
-struct Me {
+/// Who this broker is to its peers: its id, the client id its calls carry, and the cluster's
+/// secret it proves itself with.
+#[derive(Clone)]
+pub struct Me {
     broker_id: i32,
     client_id: String,
     secret: Arc<BrokerSecret>,
 }
 
+impl Me {
+    pub fn new(broker_id: i32, secret: Arc<BrokerSecret>) -> Me {
+        Me { broker_id, client_id: peers::client_id(broker_id), secret }
+    }
+}
+
 /// One peer's connection: connects on the first call, proves this broker is one of the
 /// cluster's (KAAS-BROKER), pipelines, and on any failure drops the connection and fails what
 /// was on it.
-async fn link<E: Env>(env: E, to: Endpoint, me: Me, mut jobs: mpsc::Receiver<Job>) {
+async fn link<E: Env>(
+    env: E,
+    to: Endpoint,
+    me: Me,
+    handshake: Option<PeerHandshake<Accepted<E>>>,
+    mut jobs: mpsc::Receiver<Job>,
+) {
     let client_id = &me.client_id;
     let mut correlation_id = 0i32;
     loop {
@@ -439,10 +453,16 @@ async fn link<E: Env>(env: E, to: Endpoint, me: Me, mut jobs: mpsc::Receiver<Job
             (first.answer)(None);
             continue;
         };
-        let connect = env.net().connect(&to.host, port);
+        let connect = async {
+            let stream = env.net().connect(&to.host, port).await?;
+            match &handshake {
+                None => Ok(Box::new(stream) as Box<dyn crate::server::Stream>),
+                Some(handshake) => handshake(stream, to.host.clone()).await,
+            }
+        };
         let stream = tokio::select! {
             biased;
-            connected = connect => connected.ok(),
+            connected = connect => connected.map_err(|e| tracing::debug!(broker = to.broker_id, error = %e, "cannot connect to a peer")).ok(),
             _ = env.clock().sleep_ms(PEER_REQUEST_TIMEOUT_MS) => None,
         };
         let Some(stream) = stream else {

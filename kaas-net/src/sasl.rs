@@ -68,8 +68,12 @@ enum AuthState {
     Open {
         peers: Option<Arc<dyn Mechanisms>>,
     },
-    /// A SASL listener before its handshake.
-    Handshake(Arc<dyn Mechanisms>),
+    /// A SASL listener before its handshake. On the inter-broker listener a peer broker may
+    /// choose `KAAS-BROKER` (`peers`) instead of the listener's mechanisms.
+    Handshake {
+        mechanisms: Arc<dyn Mechanisms>,
+        peers: Option<Arc<dyn Mechanisms>>,
+    },
     /// A mechanism chosen: SaslAuthenticate until it is done. Re-authenticating, the session
     /// it renews.
     Exchanging {
@@ -108,12 +112,12 @@ pub enum Verdict {
 }
 
 impl Auth {
-    /// `mechanisms` of a SASL listener, or `peers` (the brokers' mechanism) on the
-    /// inter-broker listener, which is never a SASL one.
+    /// `mechanisms` of a SASL listener, and `peers` (the brokers' mechanism) on the
+    /// inter-broker listener, SASL or not.
     pub fn new(mechanisms: Option<Arc<dyn Mechanisms>>, peers: Option<Arc<dyn Mechanisms>>) -> Auth {
         let state = match mechanisms {
             None => AuthState::Open { peers },
-            Some(m) => AuthState::Handshake(m),
+            Some(mechanisms) => AuthState::Handshake { mechanisms, peers },
         };
         Auth { state, max_reauth_ms: 0 }
     }
@@ -196,7 +200,8 @@ impl Auth {
         };
         let mechanism = request.mechanism.to_string();
         let (mechanisms, renews) = match &self.state {
-            AuthState::Handshake(mechanisms) => (mechanisms.clone(), None),
+            AuthState::Handshake { peers: Some(peers), .. } if mechanism == BROKER_MECHANISM => (peers.clone(), None),
+            AuthState::Handshake { mechanisms, .. } => (mechanisms.clone(), None),
             AuthState::Open { peers: Some(peers) } if mechanism == BROKER_MECHANISM => (peers.clone(), None),
             // A session that ends may be renewed, by the mechanism that began it (KIP-368).
             AuthState::Authenticated(s) if s.expires_at_ms.is_some() => match &s.mechanisms {

@@ -41,6 +41,12 @@ pub type Handshake<S> = Arc<dyn Fn(S) -> Pin<Box<dyn Future<Output = io::Result<
 /// A connection after its listener's handshake: its stream, and the user its certificate names.
 pub type Handshaken = (Box<dyn Stream>, Option<String>);
 
+/// The client side of the inter-broker listener's handshake, for this broker's calls to its
+/// peers (TLS on an SSL or SASL_SSL inter-broker listener): the connected stream and the peer's
+/// advertised host, which its certificate must name.
+pub type PeerHandshake<S> =
+    Arc<dyn Fn(S, String) -> Pin<Box<dyn Future<Output = io::Result<Box<dyn Stream>>> + Send>> + Send + Sync>;
+
 /// One listener as the server serves it: its name (clients are told the addresses on it) and
 /// its handshake, if it is not PLAINTEXT.
 pub struct ListenerSpec<S> {
@@ -48,11 +54,14 @@ pub struct ListenerSpec<S> {
     pub handshake: Option<Handshake<S>>,
     /// The SASL mechanisms clients must authenticate by first, on a SASL listener.
     pub sasl: Option<Arc<dyn Mechanisms>>,
+    /// On the inter-broker listener, how this broker's calls to its peers are secured as the
+    /// listener's own connections are (None: PLAINTEXT).
+    pub peer_handshake: Option<PeerHandshake<S>>,
 }
 
 impl<S> ListenerSpec<S> {
     pub fn plaintext(name: &str) -> Self {
-        ListenerSpec { name: Arc::from(name), handshake: None, sasl: None }
+        ListenerSpec { name: Arc::from(name), handshake: None, sasl: None, peer_handshake: None }
     }
 }
 
@@ -86,13 +95,8 @@ impl<E: Env> Server<E> {
     pub async fn run(self, mut shutdown: ShutdownSignal) {
         if let Some(calls) = self.peers.then(|| self.broker.peers.attach()).flatten() {
             let env = self.broker.env.clone();
-            let peers = crate::peers::serve(
-                env,
-                self.broker.config.broker_id,
-                self.broker.broker_secret.clone(),
-                calls,
-                shutdown.clone(),
-            );
+            let me = crate::peers::Me::new(self.broker.config.broker_id, self.broker.broker_secret.clone());
+            let peers = crate::peers::serve(env, me, self.spec.peer_handshake.clone(), calls, shutdown.clone());
             self.broker.env.spawner().spawn("peers", peers);
         }
         let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));

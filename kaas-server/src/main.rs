@@ -85,13 +85,13 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
         let rules = Arc::new(principal::PrincipalRules::parse(&ssl.principal_mapping_rules)?);
         tls.insert(name, (tls::acceptor(&ssl)?, rules));
     }
+    // Brokers call each other on the inter-broker listener, secured as its clients are: TLS
+    // on an SSL one (verifying each other's certificates), KAAS-BROKER on any (SASL or not).
     let inter_broker = listeners.bind.iter().find(|b| b.endpoint.listener == listeners.inter_broker);
-    if inter_broker.is_some_and(|b| b.protocol.sasl()) {
-        return Err(format!(
-            "inter.broker.listener.name={}: brokers do not authenticate to each other by SASL yet; use a PLAINTEXT or SSL listener",
-            listeners.inter_broker
-        ));
-    }
+    let peer_handshake = match inter_broker.filter(|b| b.protocol.tls()) {
+        Some(bind) => Some(tls::peer_handshake(&config.ssl_for(&bind.endpoint.listener)?)?),
+        None => None,
+    };
     let mut bound = Vec::new();
     let mut mechanisms = std::collections::BTreeMap::new();
     for bind in &listeners.bind {
@@ -119,9 +119,14 @@ async fn run(args: cli::ServeArgs) -> Result<(), String> {
     for (bind, listener, local, _) in bound {
         let name = bind.endpoint.listener.as_str();
         let handshake = tls.get(name).map(|(acceptor, rules)| tls::handshake(acceptor.clone(), rules.clone()));
-        let spec = ListenerSpec { name: name.into(), handshake, sasl: mechanisms.get(name).cloned() };
         // One server also serves the peers' calls: the inter-broker listener's.
         let peers = name == listeners.inter_broker;
+        let spec = ListenerSpec {
+            name: name.into(),
+            handshake,
+            sasl: mechanisms.get(name).cloned(),
+            peer_handshake: peers.then(|| peer_handshake.clone()).flatten(),
+        };
         tracing::info!(listener = %name, protocol = bind.protocol.name(), listen = %local, "listening");
         servers.push(tokio::spawn(Server::listener(broker.clone(), listener, spec, peers).run(stopped.clone())));
     }

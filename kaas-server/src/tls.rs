@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use kaas_core::config::listeners::{ClientAuth, SslSettings};
-use kaas_net::server::{Handshake, Stream};
+use kaas_net::server::{Handshake, PeerHandshake, Stream};
 
 use crate::principal::PrincipalRules;
 use rustls::RootCertStore;
@@ -114,6 +114,17 @@ impl Keystore {
     }
 }
 
+/// The same certificate, shown to a peer whose listener asks for one.
+impl rustls::client::ResolvesClientCert for Keystore {
+    fn resolve(&self, _hints: &[&[u8]], _schemes: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 impl ResolvesServerCert for Keystore {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
@@ -133,15 +144,7 @@ pub fn acceptor(ssl: &SslSettings) -> Result<TlsAcceptor, String> {
     let builder = match ssl.client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
         auth => {
-            let trusted = match (ssl.truststore_location.as_str(), ssl.truststore_certificates.as_str()) {
-                ("", "") => return Err(format!("ssl.client.auth={}: needs ssl.truststore.location", auth.name())),
-                ("", inline) => certificates("ssl.truststore.certificates", inline.as_bytes())?,
-                (path, _) => certificates(path, &read(path)?.0)?,
-            };
-            let mut roots = RootCertStore::empty();
-            for cert in trusted {
-                roots.add(cert).map_err(|e| format!("a trusted certificate: {e}"))?;
-            }
+            let roots = truststore(ssl, &format!("ssl.client.auth={}", auth.name()))?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
             let verifier = match auth {
                 ClientAuth::Requested => verifier.allow_unauthenticated(),
@@ -177,4 +180,45 @@ where
             Ok((Box::new(stream) as Box<dyn Stream>, user))
         })
     })
+}
+
+/// The certificates `ssl.truststore.*` names, as roots.
+fn truststore(ssl: &SslSettings, why: &str) -> Result<RootCertStore, String> {
+    let trusted = match (ssl.truststore_location.as_str(), ssl.truststore_certificates.as_str()) {
+        ("", "") => return Err(format!("{why}: needs ssl.truststore.location")),
+        ("", inline) => certificates("ssl.truststore.certificates", inline.as_bytes())?,
+        (path, _) => certificates(path, &read(path)?.0)?,
+    };
+    let mut roots = RootCertStore::empty();
+    for cert in trusted {
+        roots.add(cert).map_err(|e| format!("a trusted certificate: {e}"))?;
+    }
+    Ok(roots)
+}
+
+/// This broker's side of TLS to its peers on an SSL (or SASL_SSL) inter-broker listener, as
+/// Apache's brokers connect to each other: the peer's certificate must lead to the truststore
+/// and name the host the peer advertises, and this broker shows its own certificate (the
+/// keystore's) should the listener ask for one (`ssl.client.auth`).
+pub fn peer_handshake<S>(ssl: &SslSettings) -> Result<PeerHandshake<S>, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let roots = truststore(ssl, "an SSL inter-broker listener (brokers verify each other)")?;
+    let keystore = Arc::new(Keystore::open(ssl)?);
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_client_cert_resolver(keystore);
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    Ok(Arc::new(move |stream: S, host: String| {
+        let connector = connector.clone();
+        Box::pin(async move {
+            let name = rustls_pki_types::ServerName::try_from(host.clone())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
+            let stream = connector.connect(name, stream).await?;
+            Ok(Box::new(stream) as Box<dyn Stream>)
+        })
+    }))
 }

@@ -148,7 +148,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "inter.broker.listener.name",
         change: Static,
-        doc: "The listener brokers reach each other on (their own calls: markers, verification, peer links); by default PLAINTEXT if there is one, else the first advertised.",
+        doc: "The listener brokers reach each other on (their own calls: markers, verification, peer links), of any protocol: they prove they are the cluster's by KAAS-BROKER, and on SSL or SASL_SSL connect over TLS, verifying each other against ssl.truststore.*; by default PLAINTEXT if there is one, else the first advertised.",
         set: Some(|c, v| {
             c.listener_settings.inter_broker_listener_name = Some(v.trim().to_string());
             Ok(())
