@@ -5,8 +5,9 @@
 #   confluent-kafka produce and consume over SSL; each listener advertises its own address
 #   (kafka-broker-api-versions on each); a PLAINTEXT client on the SSL port gets no answer;
 # - mutual TLS (ssl.client.auth=required): a client with a certificate signed by the trusted CA
-#   produces, one without is refused; the certificate's subject names its principal
-#   (ssl.principal.mapping.rules), to which ACLs then apply;
+#   produces (the Java client, confluent-kafka, kafka-python), one without is refused; the
+#   certificate's subject names its principal (ssl.principal.mapping.rules), to which ACLs
+#   then apply;
 # - a certificate replaced on disk is served to new connections without a restart;
 # - each SSL listener may have its own certificate (listener.name.<listener>.ssl.*);
 # - three brokers on one volume, peers on PLAINTEXT, clients on SSL: verifiable producer and
@@ -19,7 +20,11 @@
 # - SCRAM-SHA-256/512: kafka-configs sets a user's credentials (AlterUserScramCredentials),
 #   confluent-kafka describes and deletes them; the Java client, kafka-python and
 #   confluent-kafka authenticate with them, on the broker that set them and at once on a
-#   second broker of the same volume; a wrong password and a deleted credential are refused.
+#   second broker of the same volume; a wrong password and a deleted credential are refused;
+# - three brokers on SASL_SSL alone (inter-broker too: peers over TLS, KAAS-BROKER): kaas admin
+#   over SASL_SSL sets a SCRAM-SHA-512 user, with which the Java client, confluent-kafka
+#   (transactions across the three brokers) and kafka-python (read_committed) work over
+#   SASL_SSL; the brokers' WriteTxnMarkers calls to each other are counted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source ci/security-env.sh
@@ -183,6 +188,36 @@ produce "127.0.0.1:$ssl" "$work/ssl.properties" mtls 1 || true
   || fail "the mTLS topic should hold the 10 records of the client with a certificate, no more"
 grep -q "handshake failed" "$work/mtls.log" || fail "the refused handshake is not logged"
 echo "with a CA-signed client certificate (trusted CA given inline, described as sensitive): 10 records produced and read; without one: refused, logged"
+ci/.venv/bin/python - "$ssl" "$work" <<'PY' || fail "Python clients over mutual TLS"
+import sys
+from confluent_kafka import Consumer, Producer
+from kafka import KafkaConsumer, KafkaProducer
+port, work = sys.argv[1], sys.argv[2]
+b = f"127.0.0.1:{port}"
+tls = {"bootstrap.servers": b, "security.protocol": "SSL", "ssl.ca.location": f"{work}/ca.pem",
+       "ssl.certificate.location": f"{work}/client.pem", "ssl.key.location": f"{work}/client.key"}
+p = Producer(tls)
+for i in range(5):
+    p.produce("mtls-py", f"confluent-{i}".encode())
+assert p.flush(30) == 0, "confluent-kafka with a client certificate: records not delivered"
+k = KafkaProducer(bootstrap_servers=b, security_protocol="SSL", ssl_cafile=f"{work}/ca.pem",
+                  ssl_certfile=f"{work}/client.pem", ssl_keyfile=f"{work}/client.key", acks="all")
+for i in range(5):
+    k.send("mtls-py", f"kafka-python-{i}".encode())
+k.flush(30); k.close()
+c = KafkaConsumer("mtls-py", bootstrap_servers=b, security_protocol="SSL", ssl_cafile=f"{work}/ca.pem",
+                  ssl_certfile=f"{work}/client.pem", ssl_keyfile=f"{work}/client.key",
+                  auto_offset_reset="earliest", consumer_timeout_ms=10000)
+n = len(list(c)); c.close()
+assert n == 10, f"kafka-python read {n} of 10 over mutual TLS"
+bare = Producer({"bootstrap.servers": b, "security.protocol": "SSL", "ssl.ca.location": f"{work}/ca.pem",
+                 "message.timeout.ms": 5000})
+outcomes = []
+bare.produce("mtls-py", b"no certificate", on_delivery=lambda err, msg: outcomes.append(err))
+bare.flush(15)
+assert len(outcomes) == 1 and outcomes[0] is not None, f"confluent-kafka without a certificate was let in: {outcomes}"
+print("mutual TLS: confluent-kafka and kafka-python with the client certificate, 10 records produced and read; without it refused")
+PY
 kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 
 echo "== a client certificate names the principal (ssl.principal.mapping.rules); ACLs apply to it"
@@ -385,7 +420,7 @@ for id in 0 1 2; do
   port=$(free_port); metrics+=("$(free_port)")
   "$KAAS" serve --data-dir "$work/sasl-ssl-only" --broker-id "$id" --metrics "127.0.0.1:${metrics[$id]}" \
     --set "listeners=SASL_SSL://127.0.0.1:$port" --set "ssl.keystore.location=$work/keystore.pem" \
-    --set "ssl.truststore.location=$work/ca.pem" --set sasl.enabled.mechanisms=PLAIN \
+    --set "ssl.truststore.location=$work/ca.pem" --set sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512 \
     --set "listener.name.sasl_ssl.plain.sasl.jaas.config=$login_plain user_alice=\"alice-secret\";" \
     --set group.initial.rebalance.delay.ms=0 --set broker.session.timeout.ms=3000 \
     --set broker.heartbeat.interval.ms=500 --set broker.lease.drift.margin.ms=500 \
@@ -395,13 +430,26 @@ for id in 0 1 2; do
   bootstrap="${bootstrap:+$bootstrap,}127.0.0.1:$port"
 done
 sleep 4
+# kaas admin over SASL_SSL (PLAIN, as alice) gives carol a SCRAM-SHA-512 credential, which the
+# clients below use over SASL_SSL.
+{ echo "security.protocol=SASL_SSL"; echo "ssl.truststore.type=PEM"; echo "ssl.truststore.location=$work/ca.pem"
+  echo "sasl.mechanism=PLAIN"; echo "sasl.jaas.config=$login_plain username=\"alice\" password=\"alice-secret\";"; } \
+  > "$work/admin-sasl-ssl.properties"
+echo carol-512 | "$KAAS" admin --bootstrap-server "${bootstrap%%,*}" --command-config "$work/admin-sasl-ssl.properties" \
+  users set carol --mechanism SCRAM-SHA-512 > "$work/admin.out" 2>&1 || fail "kaas admin users set over SASL_SSL: $(cat "$work/admin.out")"
+{ echo "security.protocol=SASL_SSL"; echo "ssl.truststore.type=PEM"; echo "ssl.truststore.location=$work/ca.pem"
+  echo "sasl.mechanism=SCRAM-SHA-512"; echo "sasl.jaas.config=$scram_login username=\"carol\" password=\"carol-512\";"; } \
+  > "$work/scram-ssl.properties"
+produce "$bootstrap" "$work/scram-ssl.properties" scram-ssl 10 || fail "Java producer, SCRAM-SHA-512 over SASL_SSL: $(tail -3 "$work/produce.out")"
+[ "$(consume "$bootstrap" "$work/scram-ssl.properties" scram-ssl 10 | wc -l)" -eq 10 ] || fail "Java consumer, SCRAM-SHA-512 over SASL_SSL"
+echo "kaas admin (PLAIN over SASL_SSL) set carol's SCRAM-SHA-512 credential; the Java client as carol over SASL_SSL: 10 records produced and read"
 ci/.venv/bin/python - "$bootstrap" "$work/ca.pem" <<'PY' || fail "transactions across brokers on SASL_SSL alone"
 import sys
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 bootstrap, ca = sys.argv[1:3]
 conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
-        "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"}
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol", "sasl.password": "carol-512"}
 admin = AdminClient(conf)
 for f in admin.create_topics([NewTopic("tls-txn", 6, 1)]).values():
     f.result()
@@ -424,7 +472,13 @@ while len(seen) < 180 and time.time() < deadline:
 assert len(seen) == 180, f"read_committed saw {len(seen)} of 180"
 leaders = {p.leader for p in admin.list_topics("tls-txn").topics["tls-txn"].partitions.values()}
 assert len(leaders) > 1, f"the partitions all on one broker: {leaders}"
-print(f"3 brokers on SASL_SSL alone: 3 transactions over partitions on brokers {sorted(leaders)}, committed and read once each")
+from kafka import KafkaConsumer
+k = KafkaConsumer("tls-txn", bootstrap_servers=bootstrap.split(","), security_protocol="SASL_SSL", ssl_cafile=ca,
+                  sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="carol", sasl_plain_password="carol-512",
+                  isolation_level="read_committed", auto_offset_reset="earliest", consumer_timeout_ms=10000)
+n = len({m.value for m in k}); k.close()
+assert n == 180, f"kafka-python (SCRAM-SHA-512 over SASL_SSL) read {n} of 180"
+print(f"3 brokers on SASL_SSL alone, confluent-kafka and kafka-python as carol (SCRAM-SHA-512): 3 transactions over partitions on brokers {sorted(leaders)}, committed and read once each")
 PY
 if grep -q "cannot authenticate to a peer" "$work"/sasl-ssl-only-*.log; then fail "a peer call could not authenticate"; fi
 # The markers of partitions on other brokers went by the peers' calls (counted only once a
