@@ -65,9 +65,12 @@ async fn describe(admin: &mut Admin, group: &str) -> Result<Vec<Table>, String> 
     let coordinator = admin.coordinator(0, group).await?;
     let (group_type, state) = listed(admin, coordinator, group).await?;
     let mut members = Table::new("members", &["MEMBER ID", "CLIENT ID", "HOST", "ASSIGNMENT"]);
-    let assigned = |topics: &[(String, Vec<i32>)]| {
-        let parts: Vec<String> = topics.iter().flat_map(|(t, ps)| ps.iter().map(move |p| format!("{t}-{p}"))).collect();
-        parts.join(",")
+    // A member's row: who it is, and its assignment's (topic, partitions) as topic-partition.
+    let mut member = |id: &str, client: &str, host: &str, assignment: Vec<(&str, &[i32])>| {
+        let parts: Vec<String> =
+            assignment.iter().flat_map(|(t, ps)| ps.iter().map(move |p| format!("{t}-{p}"))).collect();
+        let assigned = if parts.is_empty() { "-".to_string() } else { parts.join(",") };
+        members.row(cells![id, client, host, assigned]);
     };
     let offsets = match group_type.as_str() {
         "share" => {
@@ -77,18 +80,9 @@ async fn describe(admin: &mut Admin, group: &str) -> Result<Vec<Table>, String> 
             let g = answer.groups.first().ok_or("ShareGroupDescribe: no answer")?;
             check("ShareGroupDescribe", g.error_code, g.error_message.as_ref())?;
             for m in &g.members {
-                let topics: Vec<(String, Vec<i32>)> = m
-                    .assignment
-                    .topic_partitions
-                    .iter()
-                    .map(|t| (t.topic_name.0.to_string(), t.partitions.clone()))
-                    .collect();
-                members.row(cells![
-                    m.member_id.as_str(),
-                    m.client_id.as_str(),
-                    m.client_host.as_str(),
-                    assigned(&topics)
-                ]);
+                let assignment =
+                    m.assignment.topic_partitions.iter().map(|t| (t.topic_name.0.as_str(), &t.partitions[..]));
+                member(&m.member_id, &m.client_id, &m.client_host, assignment.collect());
             }
             share_offsets(admin, coordinator, group).await?
         }
@@ -99,18 +93,9 @@ async fn describe(admin: &mut Admin, group: &str) -> Result<Vec<Table>, String> 
             let g = answer.groups.first().ok_or("ConsumerGroupDescribe: no answer")?;
             check("ConsumerGroupDescribe", g.error_code, g.error_message.as_ref())?;
             for m in &g.members {
-                let topics: Vec<(String, Vec<i32>)> = m
-                    .assignment
-                    .topic_partitions
-                    .iter()
-                    .map(|t| (t.topic_name.0.to_string(), t.partitions.clone()))
-                    .collect();
-                members.row(cells![
-                    m.member_id.as_str(),
-                    m.client_id.as_str(),
-                    m.client_host.as_str(),
-                    assigned(&topics)
-                ]);
+                let assignment =
+                    m.assignment.topic_partitions.iter().map(|t| (t.topic_name.0.as_str(), &t.partitions[..]));
+                member(&m.member_id, &m.client_id, &m.client_host, assignment.collect());
             }
             committed_offsets(admin, coordinator, group).await?
         }
@@ -121,11 +106,12 @@ async fn describe(admin: &mut Admin, group: &str) -> Result<Vec<Table>, String> 
             let g = answer.groups.first().ok_or("DescribeGroups: no answer")?;
             check("DescribeGroups", g.error_code, g.error_message.as_ref())?;
             for m in &g.members {
-                members.row(cells![m.member_id.as_str(), m.client_id.as_str(), m.client_host.as_str(), "-"]);
+                member(&m.member_id, &m.client_id, &m.client_host, Vec::new());
             }
             committed_offsets(admin, coordinator, group).await?
         }
     };
+    drop(member);
     let lag: i64 = offsets.rows.iter().filter_map(|r| r.last()?.parse::<i64>().ok()).sum();
     let mut about = Table::new("group", &["GROUP", "TYPE", "STATE", "COORDINATOR", "MEMBERS", "LAG"]);
     about.row(cells![group, group_type, state, coordinator, members.rows.len(), lag]);
