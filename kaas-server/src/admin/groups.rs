@@ -111,7 +111,6 @@ async fn describe(admin: &mut Admin, group: &str) -> Result<Vec<Table>, String> 
             committed_offsets(admin, coordinator, group).await?
         }
     };
-    drop(member);
     let lag: i64 = offsets.rows.iter().filter_map(|r| r.last()?.parse::<i64>().ok()).sum();
     let mut about = Table::new("group", &["GROUP", "TYPE", "STATE", "COORDINATOR", "MEMBERS", "LAG"]);
     about.row(cells![group, group_type, state, coordinator, members.rows.len(), lag]);
