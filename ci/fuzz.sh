@@ -19,13 +19,25 @@ command -v cargo-fuzz > /dev/null || cargo install cargo-fuzz --locked
 cargo +nightly fuzz build -s none
 [ "$seconds" = --build-only ] && exit 0
 for target in frames request sasl; do
-  mkdir -p "corpus/$target"
+  # A target without committed seeds has no seeds directory in a clone: libFuzzer must still
+  # be given one that exists, or it runs nothing.
+  mkdir -p "corpus/$target" "seeds/$target"
   echo "== $target: ${seconds}s"
+  log=$(mktemp)
   cargo +nightly fuzz run -s none "$target" "corpus/$target" "seeds/$target" -- \
-    -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=10 -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==|SUMMARY|thread .* panicked)" || true
+    -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=10 -print_final_stats=1 > "$log" 2>&1 || true
+  grep -E "^(stat::number_of_executed_units|==[0-9]+==|SUMMARY|thread .* panicked)" "$log" || true
   if ls "artifacts/$target"/{crash,oom,timeout,leak}-* > /dev/null 2>&1; then
     echo "fuzz.sh: $target crashed; inputs in fuzz/artifacts/$target/" >&2
     exit 1
   fi
+  # A run that never started (a bad argument, a missing binary) is a failure too, not a pass.
+  runs=$(sed -nE 's/^stat::number_of_executed_units: ([0-9]+)$/\1/p' "$log")
+  if [ "${runs:-0}" -eq 0 ]; then
+    echo "fuzz.sh: $target did not run:" >&2
+    tail -20 "$log" >&2
+    exit 1
+  fi
+  rm -f "$log"
 done
 echo "fuzz.sh: no crash in ${seconds}s per target"
