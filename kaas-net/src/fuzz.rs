@@ -75,10 +75,10 @@ fn decoded<T: Decodable>(body: &mut Bytes, version: i16) {
     let _ = T::decode(body, version);
 }
 
-/// The body decoder of every API kaas serves (`api::SUPPORTED`).
+/// The body decoder of every API kaas serves (`api::SUPPORTED`) but Produce (`request`
+/// decodes it itself, for its batches).
 fn decode_body(api: ApiKey, body: &mut Bytes, version: i16) {
     match api {
-        ApiKey::Produce => decoded::<ProduceRequest>(body, version),
         ApiKey::Fetch => decoded::<FetchRequest>(body, version),
         ApiKey::ListOffsets => decoded::<ListOffsetsRequest>(body, version),
         ApiKey::Metadata => decoded::<MetadataRequest>(body, version),

@@ -414,7 +414,6 @@ struct InFlight {
     answer: Box<dyn FnOnce(Option<Bytes>) + Send>,
 }
 
-/// Who this broker is to its peers.
 /// Who this broker is to its peers: its id, the client id its calls carry, and the cluster's
 /// secret it proves itself with.
 #[derive(Clone)]

@@ -7,20 +7,37 @@ use kafka_protocol::messages::*;
 
 /// A response whose error codes can be read.
 pub trait ErrorCodes {
-    fn error_codes(&self, codes: &mut Vec<i16>);
+    fn error_codes(&self, codes: &mut Codes);
 }
 
-/// The error codes of `response`, 0s included (the counter skips them).
+/// The error codes gathered from an answer: 0 (no error) is not kept, so an answer without an
+/// error allocates nothing on the way to the client.
+#[derive(Debug, Default)]
+pub struct Codes(Vec<i16>);
+
+impl Codes {
+    pub fn push(&mut self, code: i16) {
+        if code != 0 {
+            self.0.push(code);
+        }
+    }
+
+    pub fn extend(&mut self, codes: impl IntoIterator<Item = i16>) {
+        codes.into_iter().for_each(|code| self.push(code));
+    }
+}
+
+/// The error codes of `response`, 0s left out.
 pub fn of<T: ErrorCodes>(response: &T) -> Vec<i16> {
-    let mut codes = Vec::new();
+    let mut codes = Codes::default();
     response.error_codes(&mut codes);
-    codes
+    codes.0
 }
 
 macro_rules! error_codes {
     ($($response:ty => |$r:ident, $c:ident| $body:block)*) => {
         $(impl ErrorCodes for $response {
-            fn error_codes(&self, $c: &mut Vec<i16>) {
+            fn error_codes(&self, $c: &mut Codes) {
                 let $r = self;
                 $body
             }
@@ -240,7 +257,7 @@ mod tests {
             ProduceResponse::default().with_responses(vec![TopicProduceResponse::default().with_partition_responses(
                 vec![PartitionProduceResponse::default().with_error_code(6), PartitionProduceResponse::default()],
             )]);
-        assert_eq!(of(&response), vec![6, 0]);
+        assert_eq!(of(&response), vec![6]);
         assert_eq!(of(&EndTxnResponse::default().with_error_code(47)), vec![47]);
     }
 }

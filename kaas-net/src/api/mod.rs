@@ -285,7 +285,7 @@ pub fn encode<T: Encodable + errors::ErrorCodes>(key: ApiKey, header: &RequestHe
         .encode(&mut buf, key.response_header_version(version))
         .and_then(|_| body.encode(&mut buf, version));
     match encoded {
-        Ok(()) => Response::Frame(buf.freeze(), errors::of(body).into_iter().filter(|&c| c != 0).collect()),
+        Ok(()) => Response::Frame(buf.freeze(), errors::of(body)),
         Err(e) => {
             tracing::error!(api = ?key, version, error = %e, "cannot encode response: closing the connection");
             Response::Close
