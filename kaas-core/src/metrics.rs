@@ -246,7 +246,7 @@ pub struct OwnershipMetrics {
     pub releases: AtomicU64,
 }
 
-/// The kinds of owned things, as the `kind` label names them.
+/// The kinds of owned things, as the `kind` label names them (`cluster::claims::Kind::name`).
 pub const OWNED_KINDS: [&str; 3] = ["partition", "group", "txn_slot"];
 
 /// The lease's counts (`cluster::membership` keeps them).

@@ -70,7 +70,13 @@ impl<E: Env> Broker<E> {
         let membership = membership::start(&env, config.clone(), metrics.lease.clone()).await?;
         let (dead_letters, letters) = tokio::sync::mpsc::unbounded_channel();
         let topics = topics::start(&env, config.clone(), membership.clone(), dead_letters, metrics.clone()).await?;
-        let groups = group::start(&env, config.clone(), membership.clone(), metrics.ownership("group")).await?;
+        let groups = group::start(
+            &env,
+            config.clone(),
+            membership.clone(),
+            metrics.ownership(crate::cluster::claims::Kind::Group.name()),
+        )
+        .await?;
         let producer_ids = producer_ids::start(&env, config.broker_id).await?;
         let peers = PeersHandle::default();
         let links = coordinator::Links {
@@ -79,7 +85,7 @@ impl<E: Env> Broker<E> {
             producer_ids: producer_ids.clone(),
             membership: membership.clone(),
             peers: peers.clone(),
-            ownership_metrics: metrics.ownership("txn_slot"),
+            ownership_metrics: metrics.ownership(crate::cluster::claims::Kind::TxnSlot.name()),
         };
         let txn = coordinator::start(&env, config.clone(), links).await?;
         marker_queue::recover(&env, config.broker_id).await?;

@@ -434,7 +434,7 @@ pub async fn start<E: Env>(
             env.volume().clone(),
             Kind::Partition,
             |(topic, p)| partition_key(topic, *p),
-            metrics.ownership("partition"),
+            metrics.ownership(Kind::Partition.name()),
         ),
         metrics,
         assignments: AssignmentStore::new(env.volume().clone()),
