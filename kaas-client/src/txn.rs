@@ -136,7 +136,7 @@ impl WireClient {
             .with_group_id(GroupId(text(group)))
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(producer_epoch)
-            .with_generation_id(member.generation)
+            .with_generation_id_or_member_epoch(member.generation)
             .with_member_id(text(&member.member_id))
             .with_topics(vec![
                 TxnOffsetCommitRequestTopic::default().with_name(TopicName(text(topic))).with_partitions(partitions),

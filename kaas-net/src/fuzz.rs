@@ -124,6 +124,7 @@ fn decode_body(api: ApiKey, body: &mut Bytes, version: i16) {
         ApiKey::AlterReplicaLogDirs => decoded::<AlterReplicaLogDirsRequest>(body, version),
         ApiKey::ElectLeaders => decoded::<ElectLeadersRequest>(body, version),
         ApiKey::DescribeQuorum => decoded::<DescribeQuorumRequest>(body, version),
+        ApiKey::ListConfigResources => decoded::<ListConfigResourcesRequest>(body, version),
         ApiKey::AlterPartitionReassignments => decoded::<AlterPartitionReassignmentsRequest>(body, version),
         ApiKey::ListPartitionReassignments => decoded::<ListPartitionReassignmentsRequest>(body, version),
         ApiKey::ConsumerGroupHeartbeat => decoded::<ConsumerGroupHeartbeatRequest>(body, version),

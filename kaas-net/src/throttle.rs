@@ -102,6 +102,7 @@ throttled! {
     DescribeProducersResponse: 0, AddPartitionsToTxnResponse: 0, AddOffsetsToTxnResponse: 0,
     EndTxnResponse: 0, TxnOffsetCommitResponse: 0, ListTransactionsResponse: 0,
     DescribeTransactionsResponse: 0, DescribeClientQuotasResponse: 0, AlterClientQuotasResponse: 0,
+    ListConfigResourcesResponse: 0,
 }
 
 /// Responses without the field: their clients are throttled by the mute alone.

@@ -269,7 +269,7 @@ fn every_gate_answers_apaches_code_to_whom_the_acls_refuse() {
             .with_group_id(GroupId(s("g")))
             .with_producer_id(ProducerId(producer.0))
             .with_producer_epoch(producer.1)
-            .with_generation_id(-1)
+            .with_generation_id_or_member_epoch(-1)
             .with_member_id(s(""))
             .with_topics(vec![TxnOffsetCommitRequestTopic::default().with_name(TopicName(s(topic))).with_partitions(
                 vec![TxnOffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(1)],

@@ -63,7 +63,8 @@ fn offset_commits_for_partitions_that_do_not_exist_are_refused() {
             .iter()
             .map(|t| (&t.name, t.partitions.iter().map(|p| (p.partition_index, p.error_code)).collect())),
     );
-    let want = [("known", 1, 0), ("known", 2, UNKNOWN_TOPIC_OR_PARTITION), ("nowhere", 0, UNKNOWN_TOPIC_OR_PARTITION)];
+    // In Apache's order: the partitions its handler refuses first, then the coordinator's.
+    let want = [("known", 2, UNKNOWN_TOPIC_OR_PARTITION), ("known", 1, 0), ("nowhere", 0, UNKNOWN_TOPIC_OR_PARTITION)];
     assert_eq!(got, want.map(|(t, p, c)| (t.to_string(), p, c)));
 
     // Only the partition that exists was stored.

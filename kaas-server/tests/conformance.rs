@@ -26,6 +26,7 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 /// Cases where kaas answers differently on purpose, and why.
 const DELIBERATE: &[(&str, &str)] = &[
@@ -971,6 +972,107 @@ fn partition_reassignments(c: &mut Session) -> Vec<String> {
     out
 }
 
+/// The versions Kafka 4.4 added to APIs kaas served before (issue 24): topics by id in
+/// OffsetCommit v10, OffsetFetch v10 and TxnOffsetCommit v6 (an id no topic has included),
+/// ListOffsets v11's earliest pending upload, ApiVersions v5 naming another cluster, DeleteGroups
+/// v3 and ListConfigResources.
+fn kafka_4_4_versions(c: &mut Session) -> Vec<String> {
+    c.create_topic("conf-ids", 1);
+    c.setup_produce("conf-ids", 0, batch((-1, -1), -1, 2, false));
+    c.await_coordinator("conf-ids-g", 0);
+    let metadata = MetadataRequest::default()
+        .with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(name("conf-ids")))]));
+    let response: MetadataResponse = c.wire.call(ApiKey::Metadata, 12, &metadata);
+    let id = response.topics[0].topic_id;
+    let nobody = Uuid::from_u128(0x6b61_6173_0000_4000_8000_0000_0000_0024);
+    let mut out = Vec::new();
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s("conf-ids-g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(
+            [id, nobody]
+                .map(|id| {
+                    OffsetCommitRequestTopic::default().with_topic_id(id).with_partitions(vec![
+                        OffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(1),
+                    ])
+                })
+                .to_vec(),
+        );
+    out.push(c.call::<_, OffsetCommitResponse>(ApiKey::OffsetCommit, 10, &commit).0);
+    // By name, a partition and a topic that do not exist beside one that does: the order of
+    // Apache's answer (its refusals first).
+    let partition = |p: i32| OffsetCommitRequestPartition::default().with_partition_index(p).with_committed_offset(1);
+    let by_name = commit.with_topics(vec![
+        OffsetCommitRequestTopic::default()
+            .with_name(name("conf-ids"))
+            .with_partitions(vec![partition(0), partition(2)]),
+        OffsetCommitRequestTopic::default().with_name(name("conf-ids-nowhere")).with_partitions(vec![partition(0)]),
+    ]);
+    out.push(c.call::<_, OffsetCommitResponse>(ApiKey::OffsetCommit, 8, &by_name).0);
+    let fetch = |topics: Option<Vec<offset_fetch_request::OffsetFetchRequestTopics>>| {
+        OffsetFetchRequest::default().with_groups(vec![
+            offset_fetch_request::OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(s("conf-ids-g")))
+                .with_topics(topics),
+        ])
+    };
+    let named = [id, nobody]
+        .map(|id| {
+            offset_fetch_request::OffsetFetchRequestTopics::default().with_topic_id(id).with_partition_indexes(vec![0])
+        })
+        .to_vec();
+    out.push(c.call::<_, OffsetFetchResponse>(ApiKey::OffsetFetch, 10, &fetch(Some(named))).0);
+    out.push(c.call::<_, OffsetFetchResponse>(ApiKey::OffsetFetch, 10, &fetch(None)).0);
+    let txn_commit = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s("conf-ids-t")))
+        .with_group_id(GroupId(s("conf-ids-g")))
+        .with_producer_id(ProducerId(4242))
+        .with_producer_epoch(0)
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestTopic::default().with_topic_id(nobody).with_partitions(
+                vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(1),
+                ],
+            ),
+        ]);
+    out.push(c.call::<_, TxnOffsetCommitResponse>(ApiKey::TxnOffsetCommit, 6, &txn_commit).0);
+    for timestamp in [-5, -6] {
+        let list = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            ListOffsetsTopic::default().with_name(name("conf-ids")).with_partitions(vec![
+                ListOffsetsPartition::default().with_partition_index(0).with_timestamp(timestamp),
+            ]),
+        ]);
+        out.push(c.call::<_, ListOffsetsResponse>(ApiKey::ListOffsets, 11, &list).0);
+    }
+    let elsewhere = ApiVersionsRequest::default()
+        .with_client_software_name(s("conformance"))
+        .with_client_software_version(s("1"))
+        .with_cluster_id(Some(s("another-cluster")))
+        .with_node_id(0);
+    let (_, versions) = c.call::<_, ApiVersionsResponse>(ApiKey::ApiVersions, 5, &elsewhere);
+    out.push(format!("ApiVersions v5 naming another cluster: error {}", versions.error_code));
+    let delete = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s("conf-ids-nobody"))]);
+    out.push(c.call::<_, DeleteGroupsResponse>(ApiKey::DeleteGroups, 3, &delete).0);
+    // The two brokers' topics, brokers and internal topics differ: what is compared is the
+    // error, which types come back in which order, and that the case's topic is among them.
+    for (version, types) in [(0, vec![]), (1, vec![]), (1, vec![2]), (1, vec![2, 64])] {
+        let request = ListConfigResourcesRequest::default().with_resource_types(types.clone());
+        let (_, response) = c.call::<_, ListConfigResourcesResponse>(ApiKey::ListConfigResources, version, &request);
+        let mut kinds: Vec<i8> = response.config_resources.iter().map(|r| r.resource_type).collect();
+        kinds.dedup();
+        let listed =
+            response.config_resources.iter().any(|r| r.resource_type == 2 && r.resource_name.as_str() == "conf-ids");
+        out.push(format!(
+            "ListConfigResources v{version} {types:?}: error {}, types {kinds:?}, conf-ids listed {listed}",
+            response.error_code
+        ));
+    }
+    out
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -989,6 +1091,7 @@ const CASES: &[(&str, Case)] = &[
     ("describe-groups-v6", describe_groups_v6),
     ("list-transactions-v2", list_transactions_v2),
     ("partition-reassignments", partition_reassignments),
+    ("kafka-4-4-versions", kafka_4_4_versions),
 ];
 
 #[test]

@@ -147,11 +147,9 @@ impl<E: Env> GroupCoordinator<E> {
         match self.kind(&request.group_id) {
             Some(GroupKind::Consumer) => {
                 let consumer = self.consumer_group(&request.group_id).expect("a consumer group with members");
-                // TxnOffsetCommit's versions know no member epochs: a stale one is an old generation.
-                consumer.check_commit(&request.member_id, request.generation_id).map_err(|e| match e {
-                    CoreError::StaleMemberEpoch | CoreError::FencedMemberEpoch => CoreError::IllegalGeneration,
-                    e => e,
-                })?;
+                // A stale member epoch: TxnOffsetCommit before v6 answers it as an old generation
+                // (the handler knows the version).
+                consumer.check_commit(&request.member_id, request.generation_id)?;
             }
             Some(GroupKind::Classic) | None => {
                 let group = self.group_mut(&request.group_id);

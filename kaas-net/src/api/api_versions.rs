@@ -1,5 +1,8 @@
-//! ApiVersions (v0-v4). An unknown version is answered in v0 with UNSUPPORTED_VERSION and the
-//! supported ranges, as Apache does, so that a newer client can pick a version it shares.
+//! ApiVersions (v0-v5). An unknown version is answered in v0 with UNSUPPORTED_VERSION and the
+//! supported ranges, as Apache does, so that a newer client can pick a version it shares. From
+//! v5 a client may name the cluster and the node it means to reach (KIP-1242): one that reached
+//! another (an address reused by another cluster, or by another broker of this one) is told
+//! REBOOTSTRAP_REQUIRED.
 //!
 //! From v3 the answer also carries the `transaction.version` feature, finalized at the
 //! broker's `transaction.version` setting: the Java client and franz-go use transactions v2
@@ -73,9 +76,14 @@ fn api_keys(config: &BrokerConfig) -> Vec<ApiVersion> {
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
-    _request: ApiVersionsRequest,
+    request: ApiVersionsRequest,
 ) -> ApiVersionsResponse {
     let config = &ctx.broker.config;
+    let other_cluster = request.cluster_id.as_ref().is_some_and(|id| id.as_str() != config.cluster_id);
+    let other_node = request.node_id >= 0 && request.node_id != config.broker_id;
+    if other_cluster || other_node {
+        return ApiVersionsResponse::default().with_error_code(ResponseError::RebootstrapRequired.code());
+    }
     let supported = vec![
         SupportedFeatureKey::default()
             .with_name(text(SHARE_VERSION))

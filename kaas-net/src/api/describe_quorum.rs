@@ -1,9 +1,14 @@
 //! DescribeQuorum (v0-v2), answered with what kaas has instead of a metadata quorum: the
 //! brokers' leases on the shared volume. Metadata is files there, and no broker leads it, so:
 //! - the leader is the broker Metadata and DescribeCluster name as controller (the lowest live
-//!   broker id), with no epoch (-1) and no high watermark (-1): there is no metadata log;
+//!   broker id). Its epoch is 0 and so is the high watermark: no election ever happened (the
+//!   controller is named by a rule every broker applies to the same leases) and no metadata log
+//!   exists (topics, configs, ACLs and ownership are files every broker reads on each rescan),
+//!   the values of a quorum whose log nothing was written to, which Kafka's tools and clients
+//!   read as a healthy one (kafka-python requires both to be at least 0);
 //! - every broker with a lease that did not say it left is a voter, live or not, with log end
-//!   offset -1 and, as its last fetch and last caught-up times, when this broker last saw its
+//!   offset 0 (caught up with that empty log) and, as its last fetch and last caught-up times,
+//!   when this broker last saw its
 //!   lease renewed. `kafka-metadata-quorum describe --status` then shows the stalest lease as
 //!   MaxFollowerLagTimeMs, and `--replication` each broker's;
 //! - there are no observers.
@@ -19,6 +24,10 @@ use crate::connection::Context;
 
 /// The topic Apache's metadata log lives in, which DescribeQuorum describes.
 const METADATA_TOPIC: &str = "__cluster_metadata";
+/// The leader epoch of a quorum that never held an election.
+const NO_ELECTION: i32 = 0;
+/// The high watermark and log end offsets of a metadata log nothing was written to.
+const NO_METADATA_LOG: i64 = 0;
 
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
@@ -38,7 +47,7 @@ pub async fn handle<E: Env>(
             let renewed_ms = now_ms - l.unchanged_for.as_millis() as i64;
             ReplicaState::default()
                 .with_replica_id(BrokerId(l.broker_id))
-                .with_log_end_offset(-1)
+                .with_log_end_offset(NO_METADATA_LOG)
                 .with_last_fetch_timestamp(renewed_ms)
                 .with_last_caught_up_timestamp(renewed_ms)
         })
@@ -60,8 +69,8 @@ pub async fn handle<E: Env>(
     let partition = PartitionData::default()
         .with_partition_index(0)
         .with_leader_id(BrokerId(super::controller_id(&view)))
-        .with_leader_epoch(-1)
-        .with_high_watermark(-1)
+        .with_leader_epoch(NO_ELECTION)
+        .with_high_watermark(NO_METADATA_LOG)
         .with_current_voters(voters);
     let metadata = TopicData::default().with_topic_name(topic(METADATA_TOPIC)).with_partitions(vec![partition]);
     DescribeQuorumResponse::default().with_topics(vec![metadata]).with_nodes(nodes)

@@ -94,6 +94,7 @@ error_codes! {
         }
     }
     DescribeTopicPartitionsResponse => |r, c| { c.extend(r.topics.iter().map(|t| t.error_code)) }
+    ListConfigResourcesResponse => |r, c| { c.push(r.error_code) }
     DescribeAclsResponse => |r, c| { c.push(r.error_code) }
     CreateAclsResponse => |r, c| { c.extend(r.results.iter().map(|x| x.error_code)) }
     DeleteAclsResponse => |r, c| {

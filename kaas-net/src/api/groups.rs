@@ -309,13 +309,22 @@ pub async fn delete<E: Env>(
         Ok(results) => results
             .into_iter()
             .map(|(id, r)| {
-                DeletableGroupResult::default().with_group_id(GroupId(text(&id))).with_error_code(error::code_of(&r))
+                // v3's error_message: the cause, where kaas has one to give.
+                DeletableGroupResult::default()
+                    .with_group_id(GroupId(text(&id)))
+                    .with_error_code(error::code_of(&r))
+                    .with_error_message(r.err().as_ref().and_then(error::message).map(|m| text(&m)))
             })
             .collect(),
         Err(e) => request
             .groups_names
             .into_iter()
-            .map(|g| DeletableGroupResult::default().with_group_id(g).with_error_code(error::code(&e)))
+            .map(|g| {
+                DeletableGroupResult::default()
+                    .with_group_id(g)
+                    .with_error_code(error::code(&e))
+                    .with_error_message(error::message(&e).map(|m| text(&m)))
+            })
             .collect(),
     };
     DeleteGroupsResponse::default().with_results(results.into_iter().chain(refused).collect())

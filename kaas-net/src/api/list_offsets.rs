@@ -1,6 +1,7 @@
-//! ListOffsets (v1-v10; v10's timeout_ms waits for nothing: every answer is local): latest
+//! ListOffsets (v1-v11; v10's timeout_ms waits for nothing: every answer is local): latest
 //! (-1), earliest (-2), max timestamp (-3), earliest local (-4, the same as earliest: all data
-//! is local), latest tiered (-5, none), and by timestamp: the first record at or after it,
+//! is local), latest tiered (-5) and earliest pending upload (-6, v11: KIP-1023), none of either
+//! without tiered storage, and by timestamp: the first record at or after it,
 //! read inside its batch as Apache reads it, with its own timestamp. With read_committed
 //! isolation (1) the readable end is the last stable offset, not the high watermark.
 
@@ -19,6 +20,7 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
+const EARLIEST_PENDING_UPLOAD: i64 = -6;
 
 pub async fn handle<E: Env>(
     ctx: &Context<E>,
@@ -79,7 +81,7 @@ async fn lookup<E: Env>(
     match timestamp {
         LATEST => found(end, -1),
         EARLIEST | EARLIEST_LOCAL => found(marks.log_start_offset, -1),
-        LATEST_TIERED => found(-1, -1),
+        LATEST_TIERED | EARLIEST_PENDING_UPLOAD => found(-1, -1),
         MAX_TIMESTAMP => match partition.max_timestamp().await {
             Ok(ts) if ts >= 0 => match partition.offset_for_time(ts).await {
                 Ok(Some(at)) => found(at.offset, at.timestamp),

@@ -1,4 +1,4 @@
-//! DescribeLogDirs (v1-v4) and AlterReplicaLogDirs (v1-v2). A kaas broker has one log
+//! DescribeLogDirs (v1-v5; v5's is_cordoned is always false: kaas has no cordoning) and AlterReplicaLogDirs (v1-v2). A kaas broker has one log
 //! directory, the data directory on the shared volume, and hosts the partitions it owns: those
 //! are the ones it describes, with their size on the volume, and the file system's size and
 //! free space (v4). There is no other directory to move a partition to: AlterReplicaLogDirs

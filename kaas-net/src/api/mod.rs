@@ -4,6 +4,7 @@
 
 mod acls;
 mod api_versions;
+mod config_resources;
 mod configs;
 mod consumer_groups;
 mod create_partitions;
@@ -46,10 +47,10 @@ use crate::connection::{Answer, Context, Response};
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 0, 13),
     (ApiKey::Fetch, 4, 18),
-    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::ListOffsets, 1, 11),
     (ApiKey::Metadata, 0, 13),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::OffsetCommit, 2, 10),
+    (ApiKey::OffsetFetch, 1, 10),
     (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
@@ -57,7 +58,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
-    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::ApiVersions, 0, 5),
     // Answered by the connection's SASL state (`sasl.rs`). Handshake v0 (raw tokens after it)
     // is not served: every client kaas serves sends v1.
     (ApiKey::SaslHandshake, 1, 1),
@@ -70,7 +71,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
-    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::DeleteGroups, 0, 3),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
@@ -79,8 +80,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 5),
-    (ApiKey::WriteTxnMarkers, 1, 1),
-    (ApiKey::TxnOffsetCommit, 0, 5),
+    (ApiKey::WriteTxnMarkers, 1, 2),
+    (ApiKey::TxnOffsetCommit, 0, 6),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
@@ -88,10 +89,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
-    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeLogDirs, 1, 5),
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::ListConfigResources, 0, 1),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
@@ -222,6 +224,7 @@ pub async fn dispatch<E: Env>(ctx: &Context<E>, frame: Bytes) -> Result<Answer, 
         ApiKey::DeleteRecords => now!(delete_records::handle),
         ApiKey::DescribeCluster => now!(describe_cluster::handle),
         ApiKey::DescribeQuorum => now!(describe_quorum::handle),
+        ApiKey::ListConfigResources => now!(config_resources::handle),
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions::handle),
         ApiKey::DescribeAcls => now!(acls::describe),
         ApiKey::DescribeUserScramCredentials => now!(scram::describe),
@@ -310,6 +313,41 @@ pub async fn unknown_partitions<E: Env>(
     ctx.broker.topics.refresh(wanted.iter().map(|(t, _)| t.as_str())).await;
     let snapshot = ctx.broker.topics.snapshot();
     wanted.into_iter().filter(|(t, p)| snapshot.partition(t, *p).is_none()).collect()
+}
+
+/// OffsetCommit v10, OffsetFetch v10 and TxnOffsetCommit v6 name their topics by id (KIP-848,
+/// KIP-1319); their handlers key everything by name. Each id is resolved to its topic's name in
+/// place, once a peer's new topics have been read; an id no topic has gets `unknown_id_name`'s
+/// name, which no topic can have, so that it is answered UNKNOWN_TOPIC_ID and nothing else.
+pub async fn resolve_topic_ids<'a, E: Env>(
+    ctx: &Context<E>,
+    topics: impl IntoIterator<Item = (&'a mut TopicName, &'a uuid::Uuid)>,
+) {
+    let topics: Vec<_> = topics.into_iter().collect();
+    ctx.broker.topics.refresh_ids(topics.iter().map(|(_, id)| id.as_bytes())).await;
+    let snapshot = ctx.broker.topics.snapshot();
+    for (name, id) in topics {
+        *name = match snapshot.names_by_id.get(id.as_bytes()) {
+            Some(known) => topic(known),
+            None => topic(&unknown_id_name(id)),
+        };
+    }
+}
+
+/// The name `resolve_topic_ids` gives an id no topic has: '!' is not allowed in topic names.
+pub fn unknown_id_name(id: &uuid::Uuid) -> String {
+    format!("!{id}")
+}
+
+/// Whether `name` is one `resolve_topic_ids` gave an unknown id.
+pub fn is_unknown_id(name: &str) -> bool {
+    name.starts_with('!')
+}
+
+/// A topic's id by name, for answers that name topics by id; the zero id for one unknown.
+pub fn topic_id_of<E: Env>(ctx: &Context<E>, name: &str) -> uuid::Uuid {
+    let snapshot = ctx.broker.topics.snapshot();
+    snapshot.topics.get(name).map_or(uuid::Uuid::nil(), |t| uuid(t.meta.topic_id))
 }
 
 pub fn text(s: &str) -> StrBytes {

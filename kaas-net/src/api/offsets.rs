@@ -1,7 +1,10 @@
-//! OffsetCommit (v2-v9) and OffsetFetch (v1-v9, the batched v8+ form included). A commit is
+//! OffsetCommit (v2-v10) and OffsetFetch (v1-v10, the batched v8+ form included; v10 names
+//! topics by id, an id no topic has answered UNKNOWN_TOPIC_ID). A commit is
 //! acked only once it is durable on the volume; one for a partition that does not exist is
 //! refused with UNKNOWN_TOPIC_OR_PARTITION, as Apache refuses it. OffsetFetch with require_stable (v7+) answers
 //! UNSTABLE_OFFSET_COMMIT for a partition with transactional offsets staged (KIP-447).
+
+use std::collections::BTreeMap;
 
 use kaas_core::env::{Clock, Env};
 use kaas_core::group::{CommitRequest, CommittedOffset, FetchedOffset, TopicPartition};
@@ -14,7 +17,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::*;
 
-use super::{text, topic, unknown_partitions};
+use super::{is_unknown_id, resolve_topic_ids, text, topic, topic_id_of, unknown_partitions};
 use crate::connection::Context;
 use crate::error;
 use kaas_core::acl::{Operation, Resource};
@@ -24,14 +27,18 @@ const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 
 pub async fn commit<E: Env>(
     ctx: &Context<E>,
-    _header: &RequestHeader,
-    request: OffsetCommitRequest,
+    header: &RequestHeader,
+    mut request: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
+    if header.request_api_version >= 10 {
+        resolve_topic_ids(ctx, request.topics.iter_mut().map(|t| (&mut t.name, &t.topic_id))).await;
+    }
     let group_refused = !ctx.authorized(Operation::Read, Resource::group(&request.group_id.0));
     let topic_refused: std::collections::BTreeSet<String> = request
         .topics
         .iter()
         .map(|t| t.name.0.to_string())
+        .filter(|t| !is_unknown_id(t))
         .filter(|t| group_refused || !ctx.authorized(Operation::Read, Resource::topic(t)))
         .collect();
     let unknown = unknown_partitions(
@@ -92,6 +99,8 @@ pub async fn commit<E: Env>(
                         ResponseError::GroupAuthorizationFailed.code()
                     } else if topic_refused.contains(&tp.0) {
                         ResponseError::TopicAuthorizationFailed.code()
+                    } else if is_unknown_id(&tp.0) {
+                        ResponseError::UnknownTopicId.code()
                     } else if unknown.contains(&tp) {
                         ResponseError::UnknownTopicOrPartition.code()
                     } else if too_large.contains(&tp) {
@@ -104,10 +113,31 @@ pub async fn commit<E: Env>(
                         .with_error_code(code)
                 })
                 .collect();
-            OffsetCommitResponseTopic::default().with_name(t.name).with_partitions(partitions)
+            OffsetCommitResponseTopic::default().with_name(t.name).with_topic_id(t.topic_id).with_partitions(partitions)
         })
         .collect();
-    OffsetCommitResponse::default().with_topics(topics)
+    OffsetCommitResponse::default().with_topics(refusals_first(topics))
+}
+
+/// The answer in Apache's order: its handler answers the partitions it refuses before asking
+/// the coordinator (a topic not allowed, unknown, or an unknown partition) as it meets them, and
+/// adds what the coordinator answered after, to a topic already named or as a new one.
+fn refusals_first(topics: Vec<OffsetCommitResponseTopic>) -> Vec<OffsetCommitResponseTopic> {
+    const REFUSED_BEFORE_THE_COORDINATOR: [ResponseError; 3] = [
+        ResponseError::TopicAuthorizationFailed,
+        ResponseError::UnknownTopicId,
+        ResponseError::UnknownTopicOrPartition,
+    ];
+    let refused =
+        |p: &OffsetCommitResponsePartition| REFUSED_BEFORE_THE_COORDINATOR.iter().any(|e| e.code() == p.error_code);
+    let (mut first, then): (Vec<_>, Vec<_>) = topics.into_iter().partition(|t| t.partitions.iter().any(refused));
+    for t in &mut first {
+        let (mut partitions, committed): (Vec<_>, Vec<_>) = t.partitions.drain(..).partition(refused);
+        partitions.extend(committed);
+        t.partitions = partitions;
+    }
+    first.extend(then);
+    first
 }
 
 type Fetched = CoreResult<Vec<FetchedOffset>>;
@@ -162,8 +192,14 @@ pub async fn fetch<E: Env>(
     request: OffsetFetchRequest,
 ) -> OffsetFetchResponse {
     if header.request_api_version >= 8 {
+        let by_id = header.request_api_version >= 10;
         let mut groups = Vec::new();
-        for g in request.groups {
+        for mut g in request.groups {
+            if let (true, Some(topics)) = (by_id, g.topics.as_mut()) {
+                resolve_topic_ids(ctx, topics.iter_mut().map(|t| (&mut t.name, &t.topic_id))).await;
+            }
+            let ids: BTreeMap<String, uuid::Uuid> =
+                g.topics.iter().flatten().map(|t| (t.name.0.to_string(), t.topic_id)).collect();
             let wanted = g.topics.map(|ts| {
                 ts.into_iter()
                     .flat_map(|t| t.partition_indexes.into_iter().map(move |p| (t.name.0.to_string(), p)))
@@ -176,10 +212,19 @@ pub async fn fetch<E: Env>(
                     let topics = by_topic(fetched)
                         .into_iter()
                         .map(|(name, parts)| {
+                            let id = ids.get(&name).copied().unwrap_or_else(|| topic_id_of(ctx, &name));
+                            (name, id, parts)
+                        })
+                        // By id, a topic deleted since its offsets were committed has none.
+                        .filter(|(_, id, _)| !by_id || !id.is_nil())
+                        .map(|(name, id, parts)| {
                             let partitions = parts
                                 .into_iter()
                                 .map(|(p, c)| {
-                                    let code = error::code_of(&c);
+                                    let code = match is_unknown_id(&name) {
+                                        true => ResponseError::UnknownTopicId.code(),
+                                        false => error::code_of(&c),
+                                    };
                                     let (offset, epoch, metadata) = unpack(c);
                                     OffsetFetchResponsePartitions::default()
                                         .with_partition_index(p)
@@ -189,7 +234,10 @@ pub async fn fetch<E: Env>(
                                         .with_metadata(Some(text(&metadata)))
                                 })
                                 .collect();
-                            OffsetFetchResponseTopics::default().with_name(topic(&name)).with_partitions(partitions)
+                            OffsetFetchResponseTopics::default()
+                                .with_name(topic(&name))
+                                .with_topic_id(id)
+                                .with_partitions(partitions)
                         })
                         .collect();
                     group.with_topics(topics)

@@ -94,18 +94,24 @@ const NOTES: &[(i16, &str)] = &[
         0,
         "v0-v2 are advertised (librdkafka before 2.11.1 wants v0) and answered UNSUPPORTED_VERSION, as Kafka 4 does; v12+ is transactions v2 (a write adds its partition to the transaction), advertised while `transaction.version` is 2",
     ),
-    (2, "by timestamp: the first record at or after it, read inside its batch"),
+    (
+        2,
+        "by timestamp: the first record at or after it, read inside its batch; latest tiered (-5) and earliest pending upload (-6, v11) are none: there is no tiered storage",
+    ),
     (3, "a partition's leader is its owner on the shared volume; replicas and ISR name the owner alone"),
-    (8, "v10 (topic ids) not yet"),
-    (9, "v10 (topic ids) not yet"),
+    (8, "v10 names topics by id; an id no topic has is UNKNOWN_TOPIC_ID"),
+    (9, "v10 names topics by id; an id no topic has is UNKNOWN_TOPIC_ID"),
     (15, "v6: a group that is not a classic group is GROUP_ID_NOT_FOUND"),
     (17, "SASL listeners (PLAIN, SCRAM-SHA-256/512); v0, raw tokens after the handshake, not served"),
-    (18, "v5 not yet"),
+    (18, "v5: a client that names another cluster or node is told REBOOTSTRAP_REQUIRED (KIP-1242)"),
     (26, "v5 is transactions v2 (the epoch bumps at every end), advertised while `transaction.version` is 2"),
-    (27, "v2 not yet (kafka-protocol 0.18 has no struct for it); brokers of one volume call each other with v1"),
+    (
+        27,
+        "v2's transaction version is read and not needed (a partition knows its producer's epochs); brokers of one volume call each other with v1",
+    ),
     (
         28,
-        "v5 is transactions v2 (the commit adds its group to the transaction), advertised while `transaction.version` is 2; v6 not yet (kafka-protocol 0.18 has no struct for it)",
+        "v5 is transactions v2 (the commit adds its group to the transaction), advertised while `transaction.version` is 2; v6 names topics by id and answers a consumer-protocol member's stale epoch STALE_MEMBER_EPOCH (KIP-1319)",
     ),
     (
         29,
@@ -121,9 +127,12 @@ const NOTES: &[(i16, &str)] = &[
     ),
     (32, "broker settings under Kafka's names, with synonyms; see configuration.md"),
     (34, "one log directory: a move to it is nothing to do, to any other LOG_DIR_NOT_FOUND"),
-    (35, "the data directory, the partitions this broker owns, the file system's size; v5 not yet"),
-    (36, "SASL listeners (PLAIN, SCRAM-SHA-256/512); no re-authentication yet (session lifetime 0)"),
-    (42, "v3 not yet"),
+    (35, "the data directory, the partitions this broker owns, the file system's size; never cordoned (v5)"),
+    (
+        36,
+        "SASL listeners (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER); re-authentication (KIP-368) under `connections.max.reauth.ms`",
+    ),
+    (42, "v3: the cause beside a refusal, where kaas has one"),
     (43, "the owner is the only replica: ELECTION_NOT_NEEDED"),
     (
         45,
@@ -134,7 +143,7 @@ const NOTES: &[(i16, &str)] = &[
     (51, "credentials on the shared volume as RFC 5802's stored keys; iterations 4096-16384 as Apache checks them"),
     (
         55,
-        "no metadata quorum: the brokers' leases instead; every broker with a lease is a voter, its last renewal as its last fetch; the leader is the controller Metadata names, with no epoch or high watermark",
+        "no metadata quorum: the brokers' leases instead; every broker with a lease is a voter, its last renewal as its last fetch; the leader is the controller Metadata names, at epoch 0 with high watermark 0 (no election, no metadata log)",
     ),
     (60, "no broker is fenced: one whose lease ran out is gone"),
     (66, "v2: the transactional id pattern must match the whole id (RE2 syntax)"),
@@ -143,6 +152,10 @@ const NOTES: &[(i16, &str)] = &[
         "KIP-848: server-side `uniform` and `range` assignors; subscription by topic names (a regex is INVALID_REQUEST yet); classic and consumer-protocol members in one group during an online migration; members are held in memory, so after a coordinator restart or move they join again",
     ),
     (69, "KIP-848: members, assignments and target assignments"),
+    (
+        74,
+        "topics, brokers (as brokers and broker loggers), groups with configs; no client-metrics resources (kaas takes no client telemetry)",
+    ),
     (75, "paged by cursor, as Apache pages it"),
 ];
 

@@ -1,6 +1,6 @@
 //! The transactional producer's APIs (KIP-98, KIP-447, KIP-664): AddPartitionsToTxn (v0-v5,
 //! the batched and verify-only v4+ form included), AddOffsetsToTxn (v0-v4), EndTxn (v0-v5),
-//! TxnOffsetCommit (v0-v5), WriteTxnMarkers (v1), ListTransactions (v0-v1) and
+//! TxnOffsetCommit (v0-v6; v6 by topic id), WriteTxnMarkers (v1-v2), ListTransactions (v0-v1) and
 //! DescribeTransactions (v0). Each decodes, asks the transaction coordinator (or the group
 //! coordinator, or a partition), and encodes; the state machine lives in kaas-core.
 
@@ -28,7 +28,7 @@ use kafka_protocol::messages::write_txn_markers_response::{
 };
 use kafka_protocol::messages::*;
 
-use super::{text, topic, unknown_partitions};
+use super::{is_unknown_id, resolve_topic_ids, text, topic, unknown_partitions};
 use crate::connection::Context;
 use crate::error;
 
@@ -266,8 +266,11 @@ pub async fn end_txn<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: 
 pub async fn txn_offset_commit<E: Env>(
     ctx: &Context<E>,
     header: &RequestHeader,
-    request: TxnOffsetCommitRequest,
+    mut request: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
+    if header.request_api_version >= 6 {
+        resolve_topic_ids(ctx, request.topics.iter_mut().map(|t| (&mut t.name, &t.topic_id))).await;
+    }
     // As Apache: WRITE on the transactional id, then READ on the group (the whole request),
     // then READ on each topic (its partitions TOPIC_AUTHORIZATION_FAILED, the others staged).
     let whole = match () {
@@ -283,7 +286,7 @@ pub async fn txn_offset_commit<E: Env>(
         .topics
         .iter()
         .map(|t| t.name.0.to_string())
-        .filter(|name| !ctx.authorized(Operation::Read, Resource::topic(name)))
+        .filter(|name| !is_unknown_id(name) && !ctx.authorized(Operation::Read, Resource::topic(name)))
         .collect();
     let allowed = request
         .clone()
@@ -295,6 +298,7 @@ pub async fn txn_offset_commit<E: Env>(
     let code_of = |name: &str, p: i32| match (whole, &staged) {
         (Some(code), _) => code,
         _ if denied.contains(name) => ResponseError::TopicAuthorizationFailed.code(),
+        _ if is_unknown_id(name) => ResponseError::UnknownTopicId.code(),
         (None, Some((unknown, _))) if unknown.contains(&(name.to_string(), p)) => {
             ResponseError::UnknownTopicOrPartition.code()
         }
@@ -314,7 +318,10 @@ pub async fn txn_offset_commit<E: Env>(
                         .with_error_code(code_of(&t.name.0, p.partition_index))
                 })
                 .collect();
-            TxnOffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_topic_id(t.topic_id)
+                .with_partitions(partitions)
         })
         .collect();
     TxnOffsetCommitResponse::default().with_topics(topics)
@@ -337,7 +344,15 @@ async fn stage_allowed<E: Env>(
     )
     .await;
     let join = if header.request_api_version >= 5 { Join::Add } else { Join::Verify };
-    let result = stage(ctx, request, &unknown, join).await;
+    let result = stage(ctx, request, &unknown, join).await.map_err(|e| match e {
+        // A consumer-protocol member's stale epoch: v6 says so (KIP-1319); older versions know
+        // no member epochs, so it is an old generation.
+        CoreError::StaleMemberEpoch | CoreError::FencedMemberEpoch => match header.request_api_version >= 6 {
+            true => CoreError::StaleMemberEpoch,
+            false => CoreError::IllegalGeneration,
+        },
+        e => e,
+    });
     (unknown, error::code_of(&result))
 }
 
@@ -372,7 +387,7 @@ async fn stage<E: Env>(
         group_id: request.group_id.0.to_string(),
         member_id: request.member_id.to_string(),
         group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
-        generation_id: request.generation_id,
+        generation_id: request.generation_id_or_member_epoch,
         offsets,
     };
     let writer = TxnWriter { transactional_id, producer_id, producer_epoch, join };
