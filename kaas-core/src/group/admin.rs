@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 pub(super) enum AdminCommand {
     Describe(Vec<String>, oneshot::Sender<Vec<GroupDescription>>),
-    List(oneshot::Sender<Vec<GroupListing>>),
+    List(oneshot::Sender<CoreResult<Vec<GroupListing>>>),
     Delete(Vec<String>, oneshot::Sender<Vec<(String, CoreResult<()>)>>),
 }
 
@@ -27,6 +27,14 @@ impl<E: Env> GroupCoordinator<E> {
                 let _ = reply.send(group_ids.iter().map(|id| self.describe(id)).collect());
             }
             AdminCommand::List(reply) => {
+                // A group on its way here from another coordinator is listed by neither.
+                if let Err(e) = self.take_over_listed().await {
+                    let _ = reply.send(Err(match e {
+                        CoreError::NotCoordinator => CoreError::CoordinatorLoadInProgress,
+                        e => e,
+                    }));
+                    return;
+                }
                 let consumer = |id: &String| self.consumer_groups.get(id).filter(|c| !c.is_empty());
                 let mut listing: Vec<GroupListing> = self
                     .groups
@@ -57,7 +65,7 @@ impl<E: Env> GroupCoordinator<E> {
                     group_type: "share",
                 }));
                 listing.sort_by(|a, b| a.group_id.cmp(&b.group_id));
-                let _ = reply.send(listing);
+                let _ = reply.send(Ok(listing));
             }
             AdminCommand::Delete(group_ids, reply) => {
                 let mut results = Vec::new();

@@ -311,7 +311,7 @@ impl GroupsHandle {
     }
 
     pub async fn list(&self) -> CoreResult<Vec<GroupListing>> {
-        self.ask(|reply| Command::Admin(AdminCommand::List(reply))).await.ok_or(CoreError::CoordinatorNotAvailable)
+        self.ask(|reply| Command::Admin(AdminCommand::List(reply))).await.ok_or(CoreError::CoordinatorNotAvailable)?
     }
 
     /// Removes committed offsets of a group (OffsetDelete), as Apache allows it: the group must
@@ -484,18 +484,30 @@ impl<E: Env> GroupCoordinator<E> {
                 self.give_up(&group_id).await;
             }
         }
-        let listed = match self.offsets.listed().await {
-            Ok(listed) => listed,
-            Err(e) => {
-                tracing::warn!(error = ?e, "cannot list groups");
-                return;
-            }
-        };
+        if let Err(e) = self.take_over_listed().await {
+            tracing::debug!(error = ?e, "not every group of this broker's is taken over yet");
+        }
+    }
+
+    /// Takes over the groups with offsets on the volume that the view gives this broker. Err
+    /// while one of them cannot be taken over yet (its former coordinator still holds it): a
+    /// listing of this broker's groups would leave it out, so it waits, as Apache's answers
+    /// COORDINATOR_LOAD_IN_PROGRESS while it loads a coordinator partition.
+    async fn take_over_listed(&mut self) -> CoreResult<()> {
+        let listed = self.offsets.listed().await.inspect_err(|e| tracing::warn!(error = ?e, "cannot list groups"))?;
+        let (view, now) = (self.membership.view(), self.env.clock().monotonic());
+        let mut outcome = Ok(());
         for group_id in listed {
             if self.ownership.held(&group_id).is_none() && view.should_own(&group_key(&group_id), now) {
-                let _ = self.acquire(&group_id).await;
+                match self.acquire(&group_id).await {
+                    // On its way here: the former coordinator has not let it go yet.
+                    Err(e @ (CoreError::CoordinatorLoadInProgress | CoreError::NotCoordinator)) => outcome = Err(e),
+                    // Unreadable: offline with its reason logged, and the others go on.
+                    Err(_) | Ok(()) => {}
+                }
             }
         }
+        outcome
     }
 
     /// After a write: the ack may go only if the lease it was made under still holds.

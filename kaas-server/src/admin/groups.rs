@@ -35,8 +35,7 @@ async fn list(admin: &mut Admin, group_type: Option<String>) -> Result<Vec<Table
     let mut table = Table::new("groups", &["GROUP", "TYPE", "STATE", "PROTOCOL TYPE", "COORDINATOR"]);
     let mut rows = Vec::new();
     for broker in metadata.brokers.iter().map(|b| b.node_id.0) {
-        let answer: ListGroupsResponse = admin.call_on(broker, ApiKey::ListGroups, 5, &request).await?;
-        check(&format!("ListGroups on broker {broker}"), answer.error_code, None)?;
+        let answer = list_on(admin, broker, &request).await?;
         for g in answer.groups {
             rows.push(cells![
                 g.group_id.0.as_str(),
@@ -52,11 +51,24 @@ async fn list(admin: &mut Admin, group_type: Option<String>) -> Result<Vec<Table
     Ok(vec![table])
 }
 
+/// One broker's groups. A broker taking groups over from another answers
+/// COORDINATOR_LOAD_IN_PROGRESS until it holds them: asked again, as Kafka's admin client does.
+async fn list_on(admin: &mut Admin, broker: i32, request: &ListGroupsRequest) -> Result<ListGroupsResponse, String> {
+    const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let answer: ListGroupsResponse = admin.call_on(broker, ApiKey::ListGroups, 5, request).await?;
+        if answer.error_code != COORDINATOR_LOAD_IN_PROGRESS || std::time::Instant::now() > deadline {
+            check(&format!("ListGroups on broker {broker}"), answer.error_code, None)?;
+            return Ok(answer);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 /// The group's type and state as its coordinator lists it.
 async fn listed(admin: &mut Admin, coordinator: i32, group: &str) -> Result<(String, String), String> {
-    let answer: ListGroupsResponse =
-        admin.call_on(coordinator, ApiKey::ListGroups, 5, &ListGroupsRequest::default()).await?;
-    check("ListGroups", answer.error_code, None)?;
+    let answer = list_on(admin, coordinator, &ListGroupsRequest::default()).await?;
     let g = answer.groups.iter().find(|g| g.group_id.0.as_str() == group).ok_or(format!("{group}: no such group"))?;
     Ok((g.group_type.to_string(), g.group_state.to_string()))
 }
