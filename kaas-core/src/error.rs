@@ -31,6 +31,11 @@ pub enum CoreError {
     CorruptMessage,
     UnsupportedForMessageFormat,
     InvalidRecord,
+    /// 87: records a partition refused one by one (a compacted topic's record without a key),
+    /// each by its index in its batch, with why; nothing of the request was appended.
+    RecordsRejected(Vec<(i32, String)>),
+    /// 32: records whose timestamps are out of the topic's bounds, the same way.
+    InvalidTimestamp(Vec<(i32, String)>),
     MessageTooLarge,
     /// Produce with acks other than -1, 0 or 1.
     InvalidRequiredAcks,

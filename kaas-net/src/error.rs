@@ -22,7 +22,8 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::OffsetOutOfRange => K::OffsetOutOfRange,
         CoreError::CorruptMessage => K::CorruptMessage,
         CoreError::UnsupportedForMessageFormat => K::UnsupportedForMessageFormat,
-        CoreError::InvalidRecord => K::InvalidRecord,
+        CoreError::InvalidRecord | CoreError::RecordsRejected(_) => K::InvalidRecord,
+        CoreError::InvalidTimestamp(_) => K::InvalidTimestamp,
         CoreError::MessageTooLarge => K::MessageTooLarge,
         CoreError::InvalidRequiredAcks => K::InvalidRequiredAcks,
         CoreError::Storage(_) => K::KafkaStorageError,
@@ -78,6 +79,19 @@ pub fn message(e: &CoreError) -> Option<String> {
         | CoreError::InvalidReplicaAssignment(m)
         | CoreError::InvalidRequest(m)
         | CoreError::Storage(m) => Some(m.clone()),
+        // Apache's RecordValidationException: its count, and the first three records' errors.
+        CoreError::RecordsRejected(errors) | CoreError::InvalidTimestamp(errors) => {
+            let shown: Vec<String> = errors
+                .iter()
+                .take(3)
+                .map(|(index, why)| format!("RecordError(batchIndex={index}, message='{why}')"))
+                .collect();
+            Some(format!(
+                "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
+                errors.len(),
+                shown.join(", ")
+            ))
+        }
         // Apache's NoReassignmentInProgressException carries the code's own message.
         CoreError::NoReassignmentInProgress => Some("No partition reassignment is in progress.".into()),
         _ => None,
@@ -112,6 +126,11 @@ pub fn from_code(code: i16) -> Result<(), CoreError> {
         CoreError::TransactionalIdNotFound,
         CoreError::UnknownProducerId,
         CoreError::NotEnoughReplicas,
+        // A refusal of the records themselves: sending them again changes nothing.
+        CoreError::InvalidRecord,
+        CoreError::InvalidTimestamp(Vec::new()),
+        CoreError::CorruptMessage,
+        CoreError::MessageTooLarge,
     ];
     Err(known.into_iter().find(|e| self::code(e) == code).unwrap_or(CoreError::CoordinatorNotAvailable))
 }

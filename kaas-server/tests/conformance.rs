@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::Kaas;
-use common::wire::{Wire, batch};
+use common::wire::{Wire, batch, keyed_batch};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
@@ -1073,6 +1073,63 @@ fn kafka_4_4_versions(c: &mut Session) -> Vec<String> {
     out
 }
 
+/// What a partition takes from a producer (issue 24): a compacted topic refuses each record
+/// without a key, a CreateTime topic each timestamp too far ahead (Kafka 4: an hour), both by
+/// the record's index; a LogAppendTime topic answers the time it stamped.
+fn record_policies(c: &mut Session) -> Vec<String> {
+    let topics = [
+        ("conf-compacted", "cleanup.policy", "compact"),
+        ("conf-log-append", "message.timestamp.type", "LogAppendTime"),
+        ("conf-create-time", "message.timestamp.type", "CreateTime"),
+    ];
+    for (topic, config, value) in topics {
+        let request = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![
+            CreatableTopic::default()
+                .with_name(name(topic))
+                .with_num_partitions(1)
+                .with_replication_factor(1)
+                .with_configs(vec![
+                    create_topics_request::CreatableTopicConfig::default()
+                        .with_name(s(config))
+                        .with_value(Some(s(value))),
+                ]),
+        ]);
+        let response: CreateTopicsResponse = c.wire.call(ApiKey::CreateTopics, 7, &request);
+        assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+        c.await_leaders(topic);
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let cases = [
+        ("conf-compacted", keyed_batch(&[(Some("a"), now), (None, now), (Some("b"), now), (None, now)])),
+        ("conf-compacted", keyed_batch(&[(Some("a"), now), (Some("b"), now)])),
+        ("conf-create-time", keyed_batch(&[(None, now), (None, now + 7_200_000), (None, 1_000)])),
+        ("conf-log-append", keyed_batch(&[(None, 1_000)])),
+    ];
+    let mut out = Vec::new();
+    for (topic, records) in cases {
+        let (_, response) = c.call::<_, ProduceResponse>(ApiKey::Produce, 9, &produce(topic, 0, records, None));
+        let p = &response.responses[0].partition_responses[0];
+        let refused: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+        out.push(format!(
+            "{topic}: error {}, records refused {refused:?}, message {}, log append time {}",
+            p.error_code,
+            p.error_message.is_some(),
+            if p.log_append_time_ms >= now { "the broker's" } else { "none" },
+        ));
+    }
+    // What both brokers are expected to answer, not only to answer alike.
+    let expected = [
+        "error 87, records refused [1, 3], message true, log append time none",
+        "error 0, records refused [], message false, log append time none",
+        "error 32, records refused [1], message true, log append time none",
+        "error 0, records refused [], message false, log append time the broker's",
+    ];
+    for (answer, expected) in out.iter().zip(expected) {
+        assert!(answer.ends_with(expected), "{} answered {answer}", c.bootstrap);
+    }
+    out
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -1092,6 +1149,7 @@ const CASES: &[(&str, Case)] = &[
     ("list-transactions-v2", list_transactions_v2),
     ("partition-reassignments", partition_reassignments),
     ("kafka-4-4-versions", kafka_4_4_versions),
+    ("record-policies", record_policies),
 ];
 
 #[test]

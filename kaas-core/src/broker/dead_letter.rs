@@ -85,6 +85,8 @@ fn retriable(e: &CoreError) -> bool {
     !matches!(
         e,
         CoreError::InvalidRecord
+            | CoreError::RecordsRejected(_)
+            | CoreError::InvalidTimestamp(_)
             | CoreError::CorruptMessage
             | CoreError::MessageTooLarge
             | CoreError::UnsupportedForMessageFormat

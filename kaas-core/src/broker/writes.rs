@@ -90,7 +90,7 @@ impl<E: Env> Broker<E> {
         };
         if request.acks == 0 {
             partition.append_unacknowledged(batches, guard).await;
-            return Produced::Done(Ok(AppendOutcome { base_offset: -1, log_start_offset: -1 }));
+            return Produced::Done(Ok(AppendOutcome::at(-1)));
         }
         Produced::Waiting(partition.append(batches, guard).await)
     }

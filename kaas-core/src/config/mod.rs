@@ -317,6 +317,9 @@ impl BrokerConfig {
         m.insert("index.interval.bytes", self.log_index_interval_bytes.to_string());
         m.insert("max.message.bytes", self.message_max_bytes.to_string());
         m.insert("message.timestamp.type", "CreateTime".to_string());
+        let records = RecordPolicy::default();
+        m.insert("message.timestamp.after.max.ms", records.timestamp_after_max_ms.to_string());
+        m.insert("message.timestamp.before.max.ms", records.timestamp_before_max_ms.to_string());
         m.insert("min.insync.replicas", "1".to_string());
         m.insert("retention.bytes", self.log_retention_bytes.to_string());
         m.insert("retention.ms", self.log_retention_ms.to_string());
@@ -329,6 +332,7 @@ impl BrokerConfig {
         let max_message_bytes = overrides.get("max.message.bytes").and_then(|v| v.parse::<i64>().ok());
         PartitionSettings {
             log: self.log_config(overrides),
+            records: record_policy(overrides),
             max_message_bytes: max_message_bytes.unwrap_or(i64::from(self.message_max_bytes)).max(0) as usize,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
         }
@@ -362,6 +366,45 @@ impl BrokerConfig {
     }
 }
 
+/// What a partition checks in a producer's records (`partition::log::validate`), from its
+/// topic's configs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordPolicy {
+    /// `cleanup.policy` includes `compact`: every record needs a key.
+    pub compacted: bool,
+    /// `message.timestamp.type=LogAppendTime`: the broker's time, not the producer's.
+    pub log_append_time: bool,
+    /// `message.timestamp.before.max.ms`: how far behind the broker's clock a timestamp may be.
+    pub timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: how far ahead of it.
+    pub timestamp_after_max_ms: i64,
+}
+
+impl Default for RecordPolicy {
+    /// Kafka 4's defaults: no compaction, CreateTime, any age, at most an hour ahead (KIP-1030).
+    fn default() -> Self {
+        RecordPolicy {
+            compacted: false,
+            log_append_time: false,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: 3_600_000,
+        }
+    }
+}
+
+/// A topic's record checks from its overrides (Kafka's defaults where it has none).
+pub fn record_policy(overrides: &BTreeMap<String, String>) -> RecordPolicy {
+    let defaults = RecordPolicy::default();
+    let ms =
+        |name: &str, default: i64| overrides.get(name).and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(default);
+    RecordPolicy {
+        compacted: overrides.get("cleanup.policy").is_some_and(|p| p.split(',').any(|p| p.trim() == "compact")),
+        log_append_time: overrides.get("message.timestamp.type").is_some_and(|t| t == "LogAppendTime"),
+        timestamp_before_max_ms: ms("message.timestamp.before.max.ms", defaults.timestamp_before_max_ms),
+        timestamp_after_max_ms: ms("message.timestamp.after.max.ms", defaults.timestamp_after_max_ms),
+    }
+}
+
 /// The broker setting that gives a topic config its default, where the names differ.
 pub fn broker_name_of(topic_config: &str) -> &str {
     match topic_config {
@@ -376,10 +419,12 @@ pub fn broker_name_of(topic_config: &str) -> &str {
     }
 }
 
-/// A partition's settings: the log's, and the largest batch it accepts.
+/// A partition's settings: the log's, what it takes from producers, and the largest batch it
+/// accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionSettings {
     pub log: LogConfig,
+    pub records: RecordPolicy,
     pub max_message_bytes: usize,
     pub producer_id_expiration_ms: i64,
 }
@@ -399,6 +444,8 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
         | "max.message.bytes"
         | "min.insync.replicas"
         | "segment.ms"
+        | "message.timestamp.after.max.ms"
+        | "message.timestamp.before.max.ms"
         | "flush.ms"
         | "flush.messages" => numeric(0),
         "cleanup.policy" => match value {
@@ -435,8 +482,6 @@ const KNOWN_TOPIC_CONFIGS: &[&str] = &[
     "local.retention.ms",
     "max.compaction.lag.ms",
     "message.downconversion.enable",
-    "message.timestamp.after.max.ms",
-    "message.timestamp.before.max.ms",
     "message.timestamp.difference.max.ms",
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",

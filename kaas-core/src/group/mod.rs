@@ -499,11 +499,12 @@ impl<E: Env> GroupCoordinator<E> {
         let mut outcome = Ok(());
         for group_id in listed {
             if self.ownership.held(&group_id).is_none() && view.should_own(&group_key(&group_id), now) {
-                match self.acquire(&group_id).await {
-                    // On its way here: the former coordinator has not let it go yet.
-                    Err(e @ (CoreError::CoordinatorLoadInProgress | CoreError::NotCoordinator)) => outcome = Err(e),
-                    // Unreadable: offline with its reason logged, and the others go on.
-                    Err(_) | Ok(()) => {}
+                // On its way here: the former coordinator has not let it go yet. (Unreadable:
+                // offline with its reason logged, and the others go on.)
+                if let Err(e @ (CoreError::CoordinatorLoadInProgress | CoreError::NotCoordinator)) =
+                    self.acquire(&group_id).await
+                {
+                    outcome = Err(e);
                 }
             }
         }

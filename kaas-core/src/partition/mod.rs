@@ -103,6 +103,15 @@ pub struct ReadOutcome {
 pub struct AppendOutcome {
     pub base_offset: i64,
     pub log_start_offset: i64,
+    /// The broker's time the batches were stamped with (a LogAppendTime topic), else -1.
+    pub log_append_time_ms: i64,
+}
+
+impl AppendOutcome {
+    /// Appended at `base_offset` (-1: not, or not known), nothing else said yet.
+    pub fn at(base_offset: i64) -> AppendOutcome {
+        AppendOutcome { base_offset, log_start_offset: -1, log_append_time_ms: -1 }
+    }
 }
 
 pub(super) enum Command {
@@ -333,6 +342,7 @@ mod tests {
         let settings = PartitionSettings {
             log: LogConfig { segment_bytes: 400, ..LogConfig::default() },
             max_message_bytes: 1 << 20,
+            records: crate::config::RecordPolicy::default(),
             producer_id_expiration_ms: 86_400_000,
         };
         let (pid, now) = (1 << 40, 1_767_225_600_000);
@@ -397,6 +407,7 @@ mod tests {
         let settings = PartitionSettings {
             log: LogConfig { segment_bytes: 2000, ..LogConfig::default() },
             max_message_bytes: 1 << 20,
+            records: crate::config::RecordPolicy::default(),
             producer_id_expiration_ms: 86_400_000,
         };
         let (data_version, _) = watch::channel(0);

@@ -17,7 +17,9 @@ use kaas_core::participant::Join;
 use kaas_core::quota::QuotaKey;
 use kaas_core::{CoreError, CoreResult};
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
 
 use super::{encode, raw_header, text};
@@ -138,8 +140,23 @@ fn partition_response(
 ) -> PartitionProduceResponse {
     let base = PartitionProduceResponse::default().with_index(index).with_log_append_time_ms(-1);
     match result {
-        Ok(outcome) => base.with_base_offset(outcome.base_offset).with_log_start_offset(outcome.log_start_offset),
+        Ok(outcome) => base
+            .with_base_offset(outcome.base_offset)
+            .with_log_start_offset(outcome.log_start_offset)
+            .with_log_append_time_ms(outcome.log_append_time_ms),
         Err(e) => {
+            // Records refused one by one are named in record_errors (v8+), as Apache names them.
+            let record_errors = match &e {
+                CoreError::RecordsRejected(errors) | CoreError::InvalidTimestamp(errors) => errors
+                    .iter()
+                    .map(|(index, why)| {
+                        BatchIndexAndErrorMessage::default()
+                            .with_batch_index(*index)
+                            .with_batch_index_error_message(Some(text(why)))
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
             let log_start = match e {
                 CoreError::OutOfOrderSequenceNumber
                 | CoreError::UnknownProducerId
@@ -148,6 +165,7 @@ fn partition_response(
                 _ => -1,
             };
             base.with_error_code(error::code(&e))
+                .with_record_errors(record_errors)
                 .with_base_offset(-1)
                 .with_log_start_offset(log_start)
                 .with_error_message(error::message(&e).map(|m| text(&m)))

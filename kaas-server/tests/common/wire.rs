@@ -72,24 +72,38 @@ impl Wire {
 
 /// A batch of `count` records from a producer, as a client encodes it.
 pub fn batch(producer: (i64, i16), base_sequence: i32, count: i32, transactional: bool) -> Bytes {
-    encode_batch(producer, base_sequence, count, transactional, |i| Bytes::from(format!("value-{i}")))
+    encode_batch(producer, base_sequence, count, transactional, |i| {
+        (None, Bytes::from(format!("value-{i}")), TIMESTAMP)
+    })
 }
 
 /// A batch of `count` records of `value_len` bytes each, from no producer in particular.
 pub fn batch_of(count: i32, value_len: usize) -> Bytes {
-    encode_batch((-1, -1), 0, count, false, |_| Bytes::from(vec![b'x'; value_len]))
+    encode_batch((-1, -1), 0, count, false, |_| (None, Bytes::from(vec![b'x'; value_len]), TIMESTAMP))
 }
+
+/// A batch from no producer in particular of one record per (key, timestamp).
+pub fn keyed_batch(records: &[(Option<&str>, i64)]) -> Bytes {
+    encode_batch((-1, -1), 0, records.len() as i32, false, |i| {
+        let (key, timestamp) = records[i as usize];
+        (key.map(|k| Bytes::copy_from_slice(k.as_bytes())), Bytes::from(format!("value-{i}")), timestamp)
+    })
+}
+
+/// The records' timestamps where a test does not choose them (2026-01-01), plus their index.
+const TIMESTAMP: i64 = 1_767_225_600_000;
 
 fn encode_batch(
     producer: (i64, i16),
     base_sequence: i32,
     count: i32,
     transactional: bool,
-    value: impl Fn(i32) -> Bytes,
+    record: impl Fn(i32) -> (Option<Bytes>, Bytes, i64),
 ) -> Bytes {
     use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
     let records: Vec<Record> = (0..count)
-        .map(|i| Record {
+        .map(|i| (i, record(i)))
+        .map(|(i, (key, value, timestamp))| Record {
             transactional,
             control: false,
             delete_horizon: false,
@@ -99,9 +113,9 @@ fn encode_batch(
             timestamp_type: TimestampType::Creation,
             offset: i64::from(i),
             sequence: if producer.0 < 0 { i - 1 } else { base_sequence + i },
-            timestamp: 1_767_225_600_000 + i64::from(i),
-            key: None,
-            value: Some(value(i)),
+            timestamp: timestamp + i64::from(i),
+            key,
+            value: Some(value),
             headers: Default::default(),
         })
         .collect();

@@ -13,12 +13,12 @@ mod share;
 use super::state::{self, Admit, LogEnds, PartitionState};
 use super::{AppendOutcome, Command, EpochEnd, Isolation, PartitionHandle, ReadOutcome, TxnView, Watermarks};
 use crate::cluster::{Claimed, ClusterView};
-use crate::config::PartitionSettings;
+use crate::config::{PartitionSettings, RecordPolicy};
 use crate::env::{Clock, Env, Rng, Spawner};
 use crate::error::{CoreError, CoreResult};
 use crate::partition::log::batch::BatchHeader;
 use crate::partition::log::control::{self, Marker};
-use crate::partition::log::{DurableEnd, LogConfig, PartitionLog, cut_to_durable};
+use crate::partition::log::{DurableEnd, LogConfig, PartitionLog, cut_to_durable, validate};
 use crate::partition::producer::snapshot;
 
 /// Commands queued per partition before senders wait.
@@ -42,6 +42,8 @@ pub(super) struct PartitionActor<E: Env> {
     /// Bumped whenever any partition's high watermark moves: long-polling fetches wait on it.
     data_version: watch::Sender<u64>,
     max_message_bytes: usize,
+    /// What the partition checks in (and stamps on) a producer's records.
+    records: RecordPolicy,
     producer_id_expiration_ms: i64,
     /// The transactional bookkeeping: producer state (rebuilt whenever the log is (re)opened),
     /// fences, the end guard and the ends not yet durable.
@@ -125,6 +127,7 @@ pub async fn start<E: Env>(
         txn_view,
         data_version,
         max_message_bytes: settings.max_message_bytes,
+        records: settings.records,
         producer_id_expiration_ms: settings.producer_id_expiration_ms,
         state: PartitionState::default(),
         segments_at_snapshot: 0,
@@ -386,12 +389,14 @@ impl<E: Env> PartitionActor<E> {
         }
     }
 
-    /// A produce's batches, each checked by the state before it is written; answered (with the
-    /// first batch's offset) once the group commit's sync is done.
+    /// A produce's batches, checked against the topic's record policy (and stamped with `now_ms`
+    /// on a LogAppendTime topic), each checked by the state before it is written; answered (with
+    /// the first batch's offset) once the group commit's sync is done.
     async fn append(
         &mut self,
         batches: Vec<(BatchHeader, Bytes)>,
         verified: Option<u64>,
+        now_ms: i64,
         reply: Option<oneshot::Sender<CoreResult<AppendOutcome>>>,
         acks: &mut Vec<(oneshot::Sender<CoreResult<AppendOutcome>>, AppendOutcome)>,
     ) {
@@ -401,6 +406,16 @@ impl<E: Env> PartitionActor<E> {
             }
             return;
         }
+        let batches = match validate::validate(&self.records, &self.dir, batches, now_ms) {
+            Ok(batches) => batches,
+            Err(refused) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(refused));
+                }
+                return;
+            }
+        };
+        let log_append_time_ms = if self.records.log_append_time { now_ms } else { -1 };
         let mut base_offset = None;
         for (header, data) in batches {
             if header.producer_id >= 0 {
@@ -430,7 +445,7 @@ impl<E: Env> PartitionActor<E> {
                 }
                 Err(e) => {
                     if let Some(reply) = reply {
-                        acks.push((reply, AppendOutcome { base_offset: -1, log_start_offset: -1 }));
+                        acks.push((reply, AppendOutcome::at(-1)));
                     }
                     let why = e.to_string();
                     // Earlier appends of this group are not durable either.
@@ -442,7 +457,7 @@ impl<E: Env> PartitionActor<E> {
         }
         if let Some(reply) = reply {
             let base_offset = base_offset.expect("a produce holds at least one batch");
-            acks.push((reply, AppendOutcome { base_offset, log_start_offset: -1 }));
+            acks.push((reply, AppendOutcome { base_offset, log_append_time_ms, ..AppendOutcome::at(-1) }));
         }
     }
 
@@ -464,10 +479,10 @@ impl<E: Env> PartitionActor<E> {
         match self.log.as_mut().expect("opened").append(&header, batch).await {
             Ok(offset) => {
                 self.state.apply(state::Event::MarkerWritten { producer_id, producer_epoch, marker, offset });
-                acks.push((reply, AppendOutcome { base_offset: offset, log_start_offset: -1 }));
+                acks.push((reply, AppendOutcome::at(offset)));
             }
             Err(e) => {
-                acks.push((reply, AppendOutcome { base_offset: -1, log_start_offset: -1 }));
+                acks.push((reply, AppendOutcome::at(-1)));
                 let mut failed = std::mem::take(acks);
                 self.fail_writes(&mut failed, &e.to_string()).await;
             }
@@ -529,6 +544,7 @@ impl<E: Env> PartitionActor<E> {
                 }
                 self.config = settings.log;
                 self.max_message_bytes = settings.max_message_bytes;
+                self.records = settings.records;
                 self.producer_id_expiration_ms = settings.producer_id_expiration_ms;
                 return;
             }
@@ -550,7 +566,7 @@ impl<E: Env> PartitionActor<E> {
                 // A retriable refusal before anything is written, as a moving leader gives.
                 let _ = reply.send(Err(CoreError::NotLeaderOrFollower));
             }
-            Command::Append { batches, verified, reply } => self.append(batches, verified, reply, acks).await,
+            Command::Append { batches, verified, reply } => self.append(batches, verified, now_ms, reply, acks).await,
             Command::WriteMarker { producer_id, producer_epoch, marker, coordinator_epoch, reply } => {
                 let marker = (producer_id, producer_epoch, marker, coordinator_epoch);
                 self.write_marker(marker, now_ms, reply, acks).await;

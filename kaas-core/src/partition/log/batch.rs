@@ -27,6 +27,7 @@ const CRC_START: usize = 21;
 const MAGIC_V2: i8 = 2;
 
 const ATTR_COMPRESSION_MASK: i16 = 0x07;
+const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 
@@ -184,6 +185,27 @@ pub fn stamped(batch: &Bytes, base_offset: i64, partition_leader_epoch: i32) -> 
     out[0..8].copy_from_slice(&base_offset.to_be_bytes());
     out[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
     out.freeze()
+}
+
+/// The batch stamped with the broker's time, as Apache stamps a `LogAppendTime` topic's: the
+/// timestamp type bit set, `max_timestamp` the time of the append (every record's timestamp, as
+/// consumers read it), the CRC recomputed over both. The records are untouched.
+pub fn with_log_append_time(header: &BatchHeader, batch: &Bytes, now_ms: i64) -> (BatchHeader, Bytes) {
+    let mut out = BytesMut::from(&batch[..]);
+    let attributes = header.attributes | ATTR_LOG_APPEND_TIME;
+    out[21..23].copy_from_slice(&attributes.to_be_bytes());
+    out[35..43].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_START..header.total_len()]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    let stamped = BatchHeader { attributes, max_timestamp: now_ms, crc, ..*header };
+    (stamped, out.freeze())
+}
+
+impl BatchHeader {
+    /// Whether the batch's records carry the broker's time (`max_timestamp`) rather than their own.
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & ATTR_LOG_APPEND_TIME != 0
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod control;
 mod partition_log;
 pub mod records;
 pub mod segment;
+pub mod validate;
 
 pub use partition_log::{DurableEnd, LogConfig, LogError, PartitionLog, ReadResult, cut_to_durable};
 
