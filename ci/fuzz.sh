@@ -6,7 +6,7 @@
 #   bash ci/fuzz.sh [SECONDS_PER_TARGET]      (default 60; --build-only: build, run nothing)
 #
 # Needs the nightly toolchain (without it: says so, and fails); installs cargo-fuzz if it is
-# missing. .ci/run runs it for 20 s per target. Each target starts from
+# missing. .ci/run runs it for 10 s per target. Each target starts from
 # fuzz/seeds/<target> (regressions, committed) and fuzz/corpus/<target> (what earlier runs kept,
 # not committed). A crash leaves its input in fuzz/artifacts/<target>/: fix it, then commit the
 # input under fuzz/seeds/<target>/ with a name that says what it broke. The test suite runs the
