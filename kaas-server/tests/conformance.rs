@@ -1130,6 +1130,64 @@ fn record_policies(c: &mut Session) -> Vec<String> {
     out
 }
 
+/// A consumer group's own configs (the GROUP resource, issue 24): the heartbeat interval it is
+/// told is the group's `consumer.heartbeat.interval.ms`, and its session timeout is described.
+fn consumer_group_configs(c: &mut Session) -> Vec<String> {
+    use incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    c.create_topic("conf-gc", 1);
+    c.await_coordinator("conf-gc-g", 0);
+    let set = |name: &str, value: &str| {
+        AlterableConfig::default().with_name(s(name)).with_config_operation(0).with_value(Some(s(value)))
+    };
+    let alter = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default().with_resource_type(32).with_resource_name(s("conf-gc-g")).with_configs(vec![
+            set("consumer.heartbeat.interval.ms", "6500"),
+            set("consumer.session.timeout.ms", "47000"),
+        ]),
+    ]);
+    // Below Apache's group.consumer.min.heartbeat.interval.ms (5 s): refused whole.
+    let too_short = alter.clone().with_resources(vec![
+        AlterConfigsResource::default().with_resource_type(32).with_resource_name(s("conf-gc-g")).with_configs(vec![
+            set("consumer.heartbeat.interval.ms", "2500"),
+            set("consumer.session.timeout.ms", "47000"),
+        ]),
+    ]);
+    let mut out = vec![c.call::<_, IncrementalAlterConfigsResponse>(ApiKey::IncrementalAlterConfigs, 1, &too_short).0];
+    out.push(c.call::<_, IncrementalAlterConfigsResponse>(ApiKey::IncrementalAlterConfigs, 1, &alter).0);
+    let join = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("conf-gc-g")))
+        .with_member_id(s("conf-gc-m1"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![name("conf-gc")]))
+        .with_topic_partitions(Some(Vec::new()));
+    // Apache applies a group config from its metadata log a moment after it answered.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let interval = loop {
+        let (_, joined) = c.call::<_, ConsumerGroupHeartbeatResponse>(ApiKey::ConsumerGroupHeartbeat, 1, &join);
+        if joined.heartbeat_interval_ms == 6500 || Instant::now() > deadline {
+            break joined.heartbeat_interval_ms;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    out.push(format!("heartbeat interval told: {interval}"));
+    let describe = DescribeConfigsRequest::default().with_resources(vec![
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(32)
+            .with_resource_name(s("conf-gc-g"))
+            .with_configuration_keys(Some(vec![s("consumer.session.timeout.ms"), s("consumer.heartbeat.interval.ms")])),
+    ]);
+    let (_, described) = c.call::<_, DescribeConfigsResponse>(ApiKey::DescribeConfigs, 4, &describe);
+    let mut values: Vec<String> = described.results[0]
+        .configs
+        .iter()
+        .map(|c| format!("{}={}", c.name.as_str(), c.value.as_deref().unwrap_or("null")))
+        .collect();
+    values.sort();
+    out.push(format!("described: error {}, {values:?}", described.results[0].error_code));
+    out
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -1150,6 +1208,7 @@ const CASES: &[(&str, Case)] = &[
     ("partition-reassignments", partition_reassignments),
     ("kafka-4-4-versions", kafka_4_4_versions),
     ("record-policies", record_policies),
+    ("consumer-group-configs", consumer_group_configs),
 ];
 
 #[test]

@@ -28,6 +28,8 @@ pub const SHARE_ISOLATION_LEVEL: &str = "share.isolation.level";
 pub const SHARE_RECORD_LOCK_DURATION_MS: &str = "share.record.lock.duration.ms";
 pub const SHARE_DELIVERY_COUNT_LIMIT: &str = "share.delivery.count.limit";
 pub const SHARE_PARTITION_MAX_RECORD_LOCKS: &str = "share.partition.max.record.locks";
+pub const CONSUMER_SESSION_TIMEOUT_MS: &str = "consumer.session.timeout.ms";
+pub const CONSUMER_HEARTBEAT_INTERVAL_MS: &str = "consumer.heartbeat.interval.ms";
 pub const ERRORS_DEADLETTERQUEUE_TOPIC_NAME: &str = "errors.deadletterqueue.topic.name";
 pub const ERRORS_DEADLETTERQUEUE_COPY_RECORD_ENABLE: &str = "errors.deadletterqueue.copy.record.enable";
 
@@ -102,18 +104,31 @@ pub const GROUP_CONFIGS: &[GroupConfig] = &[
         doc: "Accepted and reported; RENEW acknowledgements (KIP-1222) are always served.",
     },
     GroupConfig {
-        name: "consumer.session.timeout.ms",
-        kind: Kind::Int(|c| (1, i64::from(c.group_consumer_session_timeout_ms.max(1)) * 4)),
+        name: CONSUMER_SESSION_TIMEOUT_MS,
+        kind: Kind::Int(|c| {
+            (i64::from(c.group_consumer_min_session_timeout_ms), i64::from(c.group_consumer_max_session_timeout_ms))
+        }),
         default: |c| c.group_consumer_session_timeout_ms.to_string(),
-        doc: "Accepted and reported; consumer-protocol members time out by the broker's `group.consumer.session.timeout.ms`.",
+        doc: "How long a consumer-protocol member may go without a heartbeat before it is removed.",
     },
     GroupConfig {
-        name: "consumer.heartbeat.interval.ms",
-        kind: Kind::Int(|c| (1, i64::from(c.group_consumer_heartbeat_interval_ms.max(1)) * 4)),
+        name: CONSUMER_HEARTBEAT_INTERVAL_MS,
+        kind: Kind::Int(|c| {
+            (
+                i64::from(c.group_consumer_min_heartbeat_interval_ms),
+                i64::from(c.group_consumer_max_heartbeat_interval_ms),
+            )
+        }),
         default: |c| c.group_consumer_heartbeat_interval_ms.to_string(),
-        doc: "Accepted and reported; consumer-protocol members heartbeat by the broker's `group.consumer.heartbeat.interval.ms`.",
+        doc: "The interval consumer-protocol members are told to heartbeat at.",
     },
 ];
+
+/// A group's integer config: the group's own value (the GROUP resource) where it set one, else
+/// the broker's `default`.
+pub fn int_of(own: Option<&std::collections::BTreeMap<String, String>>, name: &str, default: i32) -> i32 {
+    own.and_then(|g| g.get(name)).and_then(|v| v.trim().parse::<i32>().ok()).unwrap_or(default)
+}
 
 pub fn find(name: &str) -> Option<&'static GroupConfig> {
     GROUP_CONFIGS.iter().find(|g| g.name == name)

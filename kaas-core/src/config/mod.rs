@@ -71,6 +71,12 @@ pub struct BrokerConfig {
     /// How often consumer-protocol members are told to heartbeat
     /// (`group.consumer.heartbeat.interval.ms`).
     pub group_consumer_heartbeat_interval_ms: i32,
+    /// The bounds a group's own `consumer.session.timeout.ms` and
+    /// `consumer.heartbeat.interval.ms` must keep (`group.consumer.{min,max}.*`).
+    pub group_consumer_min_session_timeout_ms: i32,
+    pub group_consumer_max_session_timeout_ms: i32,
+    pub group_consumer_min_heartbeat_interval_ms: i32,
+    pub group_consumer_max_heartbeat_interval_ms: i32,
     /// The most members one consumer-protocol group holds (`group.consumer.max.size`).
     pub group_consumer_max_size: usize,
     /// Whether a live group moves between the classic and the consumer protocol
@@ -192,6 +198,10 @@ impl Default for BrokerConfig {
             group_max_size: 1000,
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5_000,
+            group_consumer_min_session_timeout_ms: 45_000,
+            group_consumer_max_session_timeout_ms: 60_000,
+            group_consumer_min_heartbeat_interval_ms: 5_000,
+            group_consumer_max_heartbeat_interval_ms: 15_000,
             group_consumer_max_size: i32::MAX as usize,
             group_consumer_migration_policy: MigrationPolicy::Bidirectional,
             share_version: 3,

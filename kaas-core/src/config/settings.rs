@@ -431,6 +431,30 @@ pub const SETTINGS: &[Setting] = &[
         "How often consumer-protocol (KIP-848) members heartbeat."
     ),
     field!(
+        "group.consumer.min.session.timeout.ms",
+        group_consumer_min_session_timeout_ms,
+        Static,
+        "The shortest `consumer.session.timeout.ms` a group may set."
+    ),
+    field!(
+        "group.consumer.max.session.timeout.ms",
+        group_consumer_max_session_timeout_ms,
+        Static,
+        "The longest `consumer.session.timeout.ms` a group may set."
+    ),
+    field!(
+        "group.consumer.min.heartbeat.interval.ms",
+        group_consumer_min_heartbeat_interval_ms,
+        Static,
+        "The shortest `consumer.heartbeat.interval.ms` a group may set."
+    ),
+    field!(
+        "group.consumer.max.heartbeat.interval.ms",
+        group_consumer_max_heartbeat_interval_ms,
+        Static,
+        "The longest `consumer.heartbeat.interval.ms` a group may set."
+    ),
+    field!(
         "group.consumer.max.size",
         group_consumer_max_size,
         Static,

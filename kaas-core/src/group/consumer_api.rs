@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::assignor::TopicMetadata;
 use super::consumer::{self, ClassicJoin, ConsumerGroup, Heartbeat, HeartbeatAnswer};
 use super::{GroupCoordinator, GroupKind, JoinOutcome, JoinRequest, SyncOutcome, embedded, migration};
+use crate::config::group as group_config;
 use crate::env::{Env, Rng};
 use crate::error::{CoreError, CoreResult};
 use crate::topics::MetadataSnapshot;
@@ -136,7 +137,7 @@ impl<E: Env> GroupCoordinator<E> {
         let mut group = group;
         // Drawn whether or not the member needs it, so that the draws do not depend on it.
         let fresh_id = self.new_member_id();
-        let answer = group.heartbeat(heartbeat, &topic, self.consumer_settings(), now, || fresh_id);
+        let answer = group.heartbeat(heartbeat, &topic, self.consumer_settings(topics, group_id), now, || fresh_id);
         if upgraded {
             // The upgrade rode on the join: refused, the classic group stays as it was.
             let answer = answer?;
@@ -150,9 +151,16 @@ impl<E: Env> GroupCoordinator<E> {
         answer
     }
 
-    pub(super) fn consumer_settings(&self) -> consumer::Settings {
+    /// The settings `group_id` runs with: its group configs (`consumer.session.timeout.ms`) over
+    /// the broker's `group.consumer.*`.
+    pub(super) fn consumer_settings(&self, topics: &MetadataSnapshot, group_id: &str) -> consumer::Settings {
+        let own = topics.group_configs.get(group_id);
         consumer::Settings {
-            session_timeout_ms: self.config.group_consumer_session_timeout_ms,
+            session_timeout_ms: group_config::int_of(
+                own,
+                group_config::CONSUMER_SESSION_TIMEOUT_MS,
+                self.config.group_consumer_session_timeout_ms,
+            ),
             max_size: self.config.group_consumer_max_size,
         }
     }
@@ -246,7 +254,7 @@ impl<E: Env> GroupCoordinator<E> {
             subscribed_topic_names: subscription.topics.into_iter().collect(),
             owned: migration::by_id(&subscription.owned, &topic),
         };
-        let settings = self.consumer_settings();
+        let settings = self.consumer_settings(topics, group_id);
         let group = self.consumer_groups.get_mut(group_id).expect("a consumer group with members");
         let member_epoch = group.classic_join(join, &topic, settings, now)?;
         Ok(JoinOutcome {

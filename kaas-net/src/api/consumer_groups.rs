@@ -33,7 +33,12 @@ pub async fn heartbeat<E: Env>(
         return ConsumerGroupHeartbeatResponse::default()
             .with_error_code(ResponseError::GroupAuthorizationFailed.code());
     }
-    let interval = ctx.broker.config.group_consumer_heartbeat_interval_ms;
+    let snapshot = ctx.broker.topics.snapshot();
+    let interval = kaas_core::config::group::int_of(
+        snapshot.group_configs.get(request.group_id.as_str()),
+        kaas_core::config::group::CONSUMER_HEARTBEAT_INTERVAL_MS,
+        ctx.broker.config.group_consumer_heartbeat_interval_ms,
+    );
     if request.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
         // Regular expressions are resolved by the broker from v1; not yet here.
         let response = ConsumerGroupHeartbeatResponse::default()
@@ -61,8 +66,7 @@ pub async fn heartbeat<E: Env>(
             .with_error_code(ResponseError::InvalidRequest.code())
             .with_error_message(Some(text("MemberId can't be empty.")));
     }
-    let answered =
-        ctx.broker.groups.consumer_heartbeat(request.group_id.0.to_string(), hb, ctx.broker.topics.snapshot()).await;
+    let answered = ctx.broker.groups.consumer_heartbeat(request.group_id.0.to_string(), hb, snapshot).await;
     match answered {
         Ok(answer) => {
             let assignment = answer.assignment.map(|a| {
