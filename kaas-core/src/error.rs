@@ -75,6 +75,8 @@ pub enum CoreError {
     FencedMemberEpoch,
     /// 113: an offset commit under an older member epoch than the member's.
     StaleMemberEpoch,
+    /// 130: a SubscribedTopicRegex that does not compile (KIP-848).
+    InvalidRegularExpression(String),
     /// 112: no server assignor by that name.
     UnsupportedAssignor(String),
     /// The request is well-formed but not valid here.

@@ -23,6 +23,7 @@ pub fn code(e: &CoreError) -> i16 {
         CoreError::CorruptMessage => K::CorruptMessage,
         CoreError::UnsupportedForMessageFormat => K::UnsupportedForMessageFormat,
         CoreError::InvalidRecord | CoreError::RecordsRejected(_) => K::InvalidRecord,
+        CoreError::InvalidRegularExpression(_) => K::InvalidRegularExpression,
         CoreError::InvalidTimestamp(_) => K::InvalidTimestamp,
         CoreError::MessageTooLarge => K::MessageTooLarge,
         CoreError::InvalidRequiredAcks => K::InvalidRequiredAcks,
@@ -78,6 +79,7 @@ pub fn message(e: &CoreError) -> Option<String> {
         | CoreError::InvalidConfig(m)
         | CoreError::InvalidReplicaAssignment(m)
         | CoreError::InvalidRequest(m)
+        | CoreError::InvalidRegularExpression(m)
         | CoreError::Storage(m) => Some(m.clone()),
         // Apache's RecordValidationException: its count, and the first three records' errors.
         CoreError::RecordsRejected(errors) | CoreError::InvalidTimestamp(errors) => {

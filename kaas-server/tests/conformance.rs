@@ -1188,6 +1188,64 @@ fn consumer_group_configs(c: &mut Session) -> Vec<String> {
     out
 }
 
+/// KIP-848 subscriptions by regular expression (issue 24): one that does not compile is
+/// refused; one that does is resolved against the topics (the whole name), a moment later on
+/// Apache, which resolves regexes off the request path.
+fn consumer_regex_subscription(c: &mut Session) -> Vec<String> {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    for topic in ["conf-rx-1", "conf-rx-2", "conf-rx-1x"] {
+        c.create_topic(topic, 1);
+    }
+    c.await_coordinator("conf-rx-g", 0);
+    let beat = |member: &str, epoch: i32, regex: Option<&str>| {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s("conf-rx-g")))
+            .with_member_id(s(member))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(if epoch == 0 { 30_000 } else { -1 })
+            .with_subscribed_topic_regex(regex.map(s))
+            .with_topic_partitions(if epoch == 0 { Some(Vec::<TopicPartitions>::new()) } else { None })
+    };
+    let (_, refused) = c.call::<_, ConsumerGroupHeartbeatResponse>(
+        ApiKey::ConsumerGroupHeartbeat,
+        1,
+        &beat("conf-rx-bad", 0, Some("conf-rx-(")),
+    );
+    let mut out = vec![format!("regex that does not compile: error {}", refused.error_code)];
+    let (_, joined) = c.call::<_, ConsumerGroupHeartbeatResponse>(
+        ApiKey::ConsumerGroupHeartbeat,
+        1,
+        &beat("conf-rx-m", 0, Some("conf-rx-[0-9]")),
+    );
+    out.push(format!("joined by regex: error {}", joined.error_code));
+    let mut epoch = joined.member_epoch;
+    let mut assigned = joined.assignment.map_or(0, |a| a.topic_partitions.len());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while assigned < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        let (_, r) = c.call::<_, ConsumerGroupHeartbeatResponse>(
+            ApiKey::ConsumerGroupHeartbeat,
+            1,
+            &beat("conf-rx-m", epoch, None),
+        );
+        epoch = r.member_epoch;
+        if let Some(a) = r.assignment {
+            assigned = a.topic_partitions.len();
+        }
+    }
+    assert_eq!(assigned, 2, "{} assigned conf-rx-1 and conf-rx-2 by the regex, not conf-rx-1x", c.bootstrap);
+    out.push(format!("topics assigned by the regex: {assigned}"));
+    let describe = ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("conf-rx-g"))]);
+    let (_, described) = c.call::<_, ConsumerGroupDescribeResponse>(ApiKey::ConsumerGroupDescribe, 1, &describe);
+    let regexes: Vec<String> = described.groups[0]
+        .members
+        .iter()
+        .map(|m| m.subscribed_topic_regex.as_deref().unwrap_or("null").to_string())
+        .collect();
+    out.push(format!("described regexes: {regexes:?}"));
+    out
+}
+
 const CASES: &[(&str, Case)] = &[
     ("produce-errors", produce_errors),
     ("idempotent-sequences", idempotent_sequences),
@@ -1209,6 +1267,7 @@ const CASES: &[(&str, Case)] = &[
     ("kafka-4-4-versions", kafka_4_4_versions),
     ("record-policies", record_policies),
     ("consumer-group-configs", consumer_group_configs),
+    ("consumer-regex-subscription", consumer_regex_subscription),
 ];
 
 #[test]

@@ -53,6 +53,10 @@ pub struct ConsumerMember {
     pub client_id: String,
     pub client_host: String,
     pub subscribed_topic_names: BTreeSet<String>,
+    /// KIP-848's SubscribedTopicRegex (RE2 syntax, the whole name), as the member gave it.
+    pub subscribed_topic_regex: Option<String>,
+    /// What the member subscribes to: its names and the topics its regex matches now.
+    pub subscription: BTreeSet<String>,
     pub server_assignor: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub member_epoch: i32,
@@ -114,6 +118,8 @@ pub struct Heartbeat {
     pub rack_id: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub subscribed_topic_names: Option<Vec<String>>,
+    /// None: unchanged; empty: none any more.
+    pub subscribed_topic_regex: Option<String>,
     pub server_assignor: Option<String>,
     /// What the member owns now, when it says.
     pub owned: Option<Assignment>,
@@ -128,6 +134,12 @@ pub struct HeartbeatAnswer {
     pub member_epoch: i32,
     /// Given when it changed since the member was last told, or when the member joined.
     pub assignment: Option<Assignment>,
+}
+
+/// A SubscribedTopicRegex as Apache matches it: RE2 syntax, against the whole topic name; one
+/// that does not compile is INVALID_REGULAR_EXPRESSION.
+fn topic_regex(r: &str) -> CoreResult<regex::Regex> {
+    regex::Regex::new(&format!("^(?:{r})$")).map_err(|e| CoreError::InvalidRegularExpression(e.to_string()))
 }
 
 /// The settings the coordinator runs groups with (`group.consumer.*`).
@@ -159,6 +171,8 @@ impl ConsumerMember {
             client_id: String::new(),
             client_host: String::new(),
             subscribed_topic_names: BTreeSet::new(),
+            subscribed_topic_regex: None,
+            subscription: BTreeSet::new(),
             server_assignor: None,
             rebalance_timeout_ms: rebalance_timeout_ms.max(1),
             member_epoch: 0,
@@ -227,6 +241,8 @@ impl ConsumerGroup {
             member.client_id = join.client_id;
             member.client_host = join.client_host;
             member.subscribed_topic_names = join.subscribed_topic_names;
+            // A classic member subscribes by names alone.
+            member.subscription = member.subscribed_topic_names.clone();
             member.member_epoch = generation_id;
             member.previous_member_epoch = generation_id;
             member.session_deadline = now + Duration::from_millis(join.session_timeout_ms.max(1) as u64);
@@ -282,16 +298,20 @@ impl ConsumerGroup {
     }
 
     /// A heartbeat: joins, leaves, or moves the member on towards its target. `topic` looks a
-    /// topic up by name; `new_member_id` names a member that joins without naming itself (v0).
+    /// topic up by name, `all_topics` lists them (for subscriptions by regex); `new_member_id` names a member that joins without naming itself (v0).
     pub fn heartbeat(
         &mut self,
         hb: Heartbeat,
         topic: &dyn Fn(&str) -> Option<TopicMetadata>,
+        all_topics: &dyn Fn() -> Vec<String>,
         settings: Settings,
         now: Instant,
         new_member_id: impl FnOnce() -> String,
     ) -> CoreResult<HeartbeatAnswer> {
-        let answer = self.heartbeat_unchecked(hb, topic, settings, now, new_member_id);
+        if let Some(r) = hb.subscribed_topic_regex.as_deref().filter(|r| !r.is_empty()) {
+            topic_regex(r)?;
+        }
+        let answer = self.heartbeat_unchecked(hb, topic, all_topics, settings, now, new_member_id);
         self.check_invariants();
         answer
     }
@@ -300,6 +320,7 @@ impl ConsumerGroup {
         &mut self,
         hb: Heartbeat,
         topic: &dyn Fn(&str) -> Option<TopicMetadata>,
+        all_topics: &dyn Fn() -> Vec<String>,
         settings: Settings,
         now: Instant,
         new_member_id: impl FnOnce() -> String,
@@ -333,9 +354,10 @@ impl ConsumerGroup {
         member.session_deadline = now + session;
         let mut changed = false;
         if let Some(names) = &hb.subscribed_topic_names {
-            let names: BTreeSet<String> = names.iter().cloned().collect();
-            changed |= member.subscribed_topic_names != names;
-            member.subscribed_topic_names = names;
+            member.subscribed_topic_names = names.iter().cloned().collect();
+        }
+        if let Some(r) = &hb.subscribed_topic_regex {
+            member.subscribed_topic_regex = (!r.is_empty()).then(|| r.clone());
         }
         if hb.server_assignor.is_some() && hb.server_assignor != member.server_assignor {
             member.server_assignor = hb.server_assignor.clone();
@@ -348,6 +370,7 @@ impl ConsumerGroup {
             member.rack_id = hb.rack_id.clone();
         }
         changed |= joining;
+        changed |= self.resolve_subscriptions(all_topics);
         changed |= self.refresh_topics(topic);
         if changed {
             // One bump for whatever this heartbeat changed, as Apache's coordinator makes it.
@@ -372,8 +395,10 @@ impl ConsumerGroup {
         now: Instant,
         new_member_id: impl FnOnce() -> String,
     ) -> CoreResult<String> {
-        if hb.subscribed_topic_names.is_none() {
-            return Err(CoreError::InvalidRequest("SubscribedTopicNames must be set when joining".into()));
+        if hb.subscribed_topic_names.is_none() && hb.subscribed_topic_regex.as_deref().is_none_or(str::is_empty) {
+            return Err(CoreError::InvalidRequest(
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request".into(),
+            ));
         }
         if let Some(name) = hb.server_assignor.as_deref().filter(|a| !assignor::ASSIGNORS.contains(a)) {
             return Err(CoreError::UnsupportedAssignor(name.to_string()));
@@ -421,8 +446,9 @@ impl ConsumerGroup {
         if let Some(target) = self.target.remove(&old.member_id) {
             self.target.insert(member.member_id.clone(), target);
         }
-        if member.subscribed_topic_names.is_empty() {
+        if member.subscribed_topic_names.is_empty() && member.subscribed_topic_regex.is_none() {
             member.subscribed_topic_names = old.subscribed_topic_names;
+            member.subscribed_topic_regex = old.subscribed_topic_regex;
         }
     }
 
@@ -479,6 +505,7 @@ impl ConsumerGroup {
         }
         let mut changed = before.as_ref() != Some(&join.subscribed_topic_names);
         member.subscribed_topic_names = join.subscribed_topic_names;
+        member.subscription = member.subscribed_topic_names.clone();
         member.instance_id = join.instance_id;
         if join.rack_id.is_some() {
             member.rack_id = join.rack_id;
@@ -619,7 +646,7 @@ impl ConsumerGroup {
     /// Whether a subscribed topic appeared, went, or has other partitions (the group epoch
     /// then moves).
     fn refresh_topics(&mut self, topic: &dyn Fn(&str) -> Option<TopicMetadata>) -> bool {
-        let subscribed: BTreeSet<&String> = self.members.values().flat_map(|m| &m.subscribed_topic_names).collect();
+        let subscribed: BTreeSet<&String> = self.members.values().flat_map(|m| &m.subscription).collect();
         let now: BTreeMap<String, TopicMetadata> =
             subscribed.into_iter().filter_map(|name| topic(name).map(|t| (name.clone(), t))).collect();
         let changed = now != self.subscribed_topics;
@@ -633,12 +660,32 @@ impl ConsumerGroup {
             .values()
             .map(|m| Subscriber {
                 member_id: &m.member_id,
-                topics: &m.subscribed_topic_names,
+                topics: &m.subscription,
                 current: self.target.get(&m.member_id),
             })
             .collect();
         self.target = assignor::assign(self.assignor(), &subscribers, &self.subscribed_topics);
         self.assignment_epoch = self.group_epoch;
+    }
+
+    /// Each member's subscription from its names and its regex (matched against every topic,
+    /// as Apache resolves it): whether one changed (the group epoch then moves). Topics are
+    /// listed only when a member has a regex.
+    fn resolve_subscriptions(&mut self, all_topics: &dyn Fn() -> Vec<String>) -> bool {
+        let names = match self.members.values().any(|m| m.subscribed_topic_regex.is_some()) {
+            true => all_topics(),
+            false => Vec::new(),
+        };
+        let mut changed = false;
+        for member in self.members.values_mut() {
+            let mut subscription = member.subscribed_topic_names.clone();
+            if let Some(re) = member.subscribed_topic_regex.as_deref().and_then(|r| topic_regex(r).ok()) {
+                subscription.extend(names.iter().filter(|n| re.is_match(n)).cloned());
+            }
+            changed |= member.subscription != subscription;
+            member.subscription = subscription;
+        }
+        changed
     }
 
     /// Everything members other than `member_id` own or have yet to give up.
@@ -752,6 +799,14 @@ impl ConsumerGroup {
             for p in partitions_of(&m.assigned).into_iter().chain(partitions_of(&m.pending_revocation)) {
                 assert!(seen.insert(p), "a partition is owned by one member at a time");
             }
+            assert!(
+                m.subscription.is_superset(&m.subscribed_topic_names),
+                "a member subscribes to the topics it names"
+            );
+            assert!(
+                m.subscribed_topic_regex.is_some() || m.subscription == m.subscribed_topic_names,
+                "without a regex, a member subscribes to the topics it names alone"
+            );
         }
         assert!(self.target.keys().all(|id| self.members.contains_key(id)), "targets are members'");
     }
@@ -780,7 +835,7 @@ mod tests {
             owned: Some(Assignment::new()),
             ..Heartbeat::default()
         };
-        g.heartbeat(hb, &topic, SETTINGS, now, || unreachable!()).unwrap()
+        g.heartbeat(hb, &topic, &Vec::new, SETTINGS, now, || unreachable!()).unwrap()
     }
 
     fn beat(
@@ -791,7 +846,7 @@ mod tests {
         now: Instant,
     ) -> CoreResult<HeartbeatAnswer> {
         let hb = Heartbeat { member_id: id.into(), member_epoch: epoch, owned, ..Heartbeat::default() };
-        g.heartbeat(hb, &topic, SETTINGS, now, || unreachable!())
+        g.heartbeat(hb, &topic, &Vec::new, SETTINGS, now, || unreachable!())
     }
 
     fn count(a: &Option<Assignment>) -> usize {
@@ -855,5 +910,66 @@ mod tests {
         assert_eq!((again.member_epoch, count(&again.assignment)), (3, 0), "moved on, nothing to change");
         // The answer at epoch 3 was lost: a heartbeat at the epoch before is still taken.
         assert_eq!(beat(&mut g, "a", 1, None, now).unwrap().member_epoch, 3);
+    }
+
+    #[test]
+    fn a_member_subscribed_by_regex_is_given_the_topics_it_matches_as_they_come() {
+        let now = Instant::now();
+        let topics = |names: &'static [&'static str]| {
+            move |name: &str| {
+                names.iter().position(|n| *n == name).map(|i| TopicMetadata {
+                    topic_id: [i as u8 + 1; 16],
+                    name: name.to_string(),
+                    partitions: 1,
+                })
+            }
+        };
+        let mut g = ConsumerGroup::new("g".into());
+        let hb = |epoch: i32, regex: Option<&str>| Heartbeat {
+            member_id: "m".into(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_regex: regex.map(str::to_string),
+            owned: (epoch == 0).then(Assignment::new),
+            ..Heartbeat::default()
+        };
+        let bad = g.heartbeat(
+            hb(0, Some("orders-(")),
+            &topics(&["orders-1"]),
+            &|| vec!["orders-1".into()],
+            SETTINGS,
+            now,
+            || unreachable!(),
+        );
+        assert!(matches!(bad, Err(CoreError::InvalidRegularExpression(_))), "{bad:?}");
+        let only_one = || vec!["orders-1".to_string(), "payments".to_string(), "orders-1x".to_string()];
+        let joined = g
+            .heartbeat(
+                hb(0, Some("orders-[0-9]")),
+                &topics(&["orders-1", "payments", "orders-1x"]),
+                &only_one,
+                SETTINGS,
+                now,
+                || unreachable!(),
+            )
+            .unwrap();
+        // The whole name must match: orders-1x is not subscribed.
+        assert_eq!(g.members["m"].subscription, BTreeSet::from(["orders-1".to_string()]));
+        assert_eq!(joined.assignment.map(|a| a.len()), Some(1));
+        let both = || vec!["orders-1".to_string(), "orders-2".to_string(), "payments".to_string()];
+        let epoch = g.members["m"].member_epoch;
+        let later = g
+            .heartbeat(
+                hb(epoch, None),
+                &topics(&["orders-1", "orders-2", "payments"]),
+                &both,
+                SETTINGS,
+                now,
+                || unreachable!(),
+            )
+            .unwrap();
+        // A topic created later that the regex matches joins the subscription.
+        assert_eq!(g.members["m"].subscription.len(), 2);
+        assert!(later.member_epoch > epoch, "the new topic moved the group epoch");
     }
 }

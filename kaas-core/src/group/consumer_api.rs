@@ -137,7 +137,9 @@ impl<E: Env> GroupCoordinator<E> {
         let mut group = group;
         // Drawn whether or not the member needs it, so that the draws do not depend on it.
         let fresh_id = self.new_member_id();
-        let answer = group.heartbeat(heartbeat, &topic, self.consumer_settings(topics, group_id), now, || fresh_id);
+        let all_topics = || topics.topics.keys().cloned().collect();
+        let settings = self.consumer_settings(topics, group_id);
+        let answer = group.heartbeat(heartbeat, &topic, &all_topics, settings, now, || fresh_id);
         if upgraded {
             // The upgrade rode on the join: refused, the classic group stays as it was.
             let answer = answer?;

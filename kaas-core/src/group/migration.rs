@@ -228,7 +228,7 @@ mod tests {
             owned: Some(Assignment::new()),
             ..Heartbeat::default()
         };
-        let joined = g.heartbeat(hb, &topic, SETTINGS, now, || unreachable!()).unwrap();
+        let joined = g.heartbeat(hb, &topic, &Vec::new, SETTINGS, now, || unreachable!()).unwrap();
         assert_eq!(joined.member_epoch, generation + 1);
         assert!(partitions(joined.assignment.as_ref().unwrap()).is_empty(), "everything is still owned");
         assert_eq!(
@@ -275,7 +275,7 @@ mod tests {
         // The consumer member takes what a gave up, once it heartbeats.
         let beat = |g: &mut ConsumerGroup, epoch| {
             let hb = Heartbeat { member_id: "c".into(), member_epoch: epoch, ..Heartbeat::default() };
-            g.heartbeat(hb, &topic, SETTINGS, now, || unreachable!()).unwrap()
+            g.heartbeat(hb, &topic, &Vec::new, SETTINGS, now, || unreachable!()).unwrap()
         };
         assert_eq!(partitions(beat(&mut g, generation + 1).assignment.as_ref().unwrap()).len(), 1);
         assert_eq!(g.state_name(), "Reconciling", "b has not joined again yet");

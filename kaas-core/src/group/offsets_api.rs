@@ -172,7 +172,7 @@ impl<E: Env> GroupCoordinator<E> {
         let subscribed = match (self.consumer_groups.get(group_id), self.groups.get(group_id)) {
             // A consumer group's members say what they subscribe to (classic ones too).
             (Some(consumer), _) if !consumer.is_empty() => {
-                Some(consumer.members.values().flat_map(|m| m.subscribed_topic_names.iter().cloned()).collect())
+                Some(consumer.members.values().flat_map(|m| m.subscription.iter().cloned()).collect())
             }
             (_, Some(group)) if !group.is_empty() => match group.protocol_type.as_deref() {
                 Some("consumer") => group.subscribed_topics(),

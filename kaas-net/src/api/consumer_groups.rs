@@ -39,13 +39,6 @@ pub async fn heartbeat<E: Env>(
         kaas_core::config::group::CONSUMER_HEARTBEAT_INTERVAL_MS,
         ctx.broker.config.group_consumer_heartbeat_interval_ms,
     );
-    if request.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
-        // Regular expressions are resolved by the broker from v1; not yet here.
-        let response = ConsumerGroupHeartbeatResponse::default()
-            .with_error_code(ResponseError::InvalidRequest.code())
-            .with_error_message(Some(text("SubscribedTopicRegex is not supported yet; subscribe by topic names")));
-        return response;
-    }
     let hb = Heartbeat {
         member_id: request.member_id.to_string(),
         member_epoch: request.member_epoch,
@@ -55,6 +48,7 @@ pub async fn heartbeat<E: Env>(
         subscribed_topic_names: request
             .subscribed_topic_names
             .map(|names| names.iter().map(|n| n.0.to_string()).collect()),
+        subscribed_topic_regex: request.subscribed_topic_regex.as_ref().map(|r| r.to_string()),
         server_assignor: request.server_assignor.as_ref().map(|s| s.to_string()),
         owned: request.topic_partitions.as_deref().map(owned_from_wire),
         client_id: client_id(header),
@@ -149,7 +143,7 @@ pub async fn describe<E: Env>(
                     .with_client_host(text(&m.client_host))
                     .with_subscribed_topic_names(m.subscribed_topic_names.iter().map(|n| TopicName(text(n))).collect())
                     // No regular expression: empty, as Apache answers.
-                    .with_subscribed_topic_regex(Some(text("")))
+                    .with_subscribed_topic_regex(Some(text(m.subscribed_topic_regex.as_deref().unwrap_or(""))))
                     .with_assignment(to_wire(&m.assigned))
                     .with_target_assignment(to_wire(group.target.get(&m.member_id).unwrap_or(&Assignment::new())))
                     // 0: a classic member of a group under migration; 1: a consumer-protocol one.
