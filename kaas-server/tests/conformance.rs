@@ -986,6 +986,16 @@ fn kafka_4_4_versions(c: &mut Session) -> Vec<String> {
     let id = response.topics[0].topic_id;
     let nobody = Uuid::from_u128(0x6b61_6173_0000_4000_8000_0000_0000_0024);
     let mut out = Vec::new();
+    // By id, with the name left at "" as the Java client leaves it.
+    let by_id = MetadataRequest::default().with_topics(Some(
+        [id, nobody]
+            .map(|id| metadata_request::MetadataRequestTopic::default().with_topic_id(id).with_name(Some(name(""))))
+            .to_vec(),
+    ));
+    let (_, found) = c.call::<_, MetadataResponse>(ApiKey::Metadata, 12, &by_id);
+    let found: Vec<(Option<String>, i16)> =
+        found.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.error_code)).collect();
+    out.push(format!("Metadata by id: {found:?}"));
     let commit = OffsetCommitRequest::default()
         .with_group_id(GroupId(s("conf-ids-g")))
         .with_generation_id_or_member_epoch(-1)

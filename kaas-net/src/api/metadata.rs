@@ -27,9 +27,17 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
     let requested: Option<Vec<(Option<String>, [u8; 16])>> = match request.topics {
         None => None,
         Some(list) if list.is_empty() && version == 0 => None,
-        Some(list) => {
-            Some(list.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), *t.topic_id.as_bytes())).collect())
-        }
+        // A topic named by id (v10+) is looked up by its id whatever its name says: the Java
+        // client leaves the name at its default, "", beside the id, and Apache ignores it.
+        Some(list) => Some(
+            list.into_iter()
+                .map(|t| {
+                    let id = *t.topic_id.as_bytes();
+                    let name = t.name.filter(|_| id == [0; 16]).map(|n| n.0.to_string());
+                    (name, id)
+                })
+                .collect(),
+        ),
     };
     // Auto-creation: v4+ says per request; older versions always allow it. It needs CREATE
     // on the cluster or on the topic, as Apache checks.
@@ -59,6 +67,8 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
         Some(list) => {
             // A topic a peer created a moment ago is read now, not at the next rescan.
             broker.topics.refresh(list.iter().filter_map(|(n, _)| n.as_deref())).await;
+            broker.topics.refresh_ids(list.iter().filter(|(n, _)| n.is_none()).map(|(_, id)| id)).await;
+            let mut unknown_ids = Vec::new();
             for (name, id) in list {
                 let name = match name {
                     Some(name) => name,
@@ -66,7 +76,7 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
                         Some(name) if describable(name) => name.clone(),
                         // An id the client may not describe is one it cannot tell exists.
                         _ => {
-                            topics.push(missing(None, id, ResponseError::UnknownTopicId.code()));
+                            unknown_ids.push(missing(None, id, ResponseError::UnknownTopicId.code()));
                             continue;
                         }
                     },
@@ -90,6 +100,9 @@ pub async fn handle<E: Env>(ctx: &Context<E>, header: &RequestHeader, request: M
                     None => topics.push(missing(Some(&name), [0; 16], ResponseError::UnknownTopicOrPartition.code())),
                 }
             }
+            // Apache answers the ids it does not know first.
+            unknown_ids.append(&mut topics);
+            topics = unknown_ids;
         }
     }
     let brokers = super::live_brokers(&view, &ctx.listener, |id, host, port| {
