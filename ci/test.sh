@@ -23,20 +23,23 @@ section "cargo build --release -p kaas-server (the binary users build)"
 cargo build --release -p kaas-server
 section "cargo test: the broker"
 cargo test -p kaas-core -p kaas-net -p kaas-server -- --test-threads=2
+# Under .ci/run, the simulator's optimised binary for ci/sim.sh (in a target directory of its
+# own, KAAS_SIM_TARGET_DIR, so that it does not wait for the tests' lock on this one), then the
+# fuzz targets for ci/fuzz.sh (nightly, libFuzzer's instrumentation; fuzz/ is a workspace of its
+# own), build in the background at the lowest priority from here on: the simulator's tests run
+# in virtual time and the scripts after them mostly wait on brokers, JVMs and sleeps, so the
+# later steps find them built (their cargo waits for these if not). Off for a plain test run.
+if [ "${KAAS_CI_SIM_PREBUILD:-0}" = 1 ]; then
+  (CARGO_TARGET_DIR=${KAAS_SIM_TARGET_DIR:-target} nice -n 19 cargo build --profile sim -p kaas-sim \
+     > target/sim-prebuild.log 2>&1
+   nice -n 19 bash ci/fuzz.sh --build-only > target/fuzz-prebuild.log 2>&1) &
+fi
 section "cargo test: the simulator"
 # kaas-sim only (kaas-core's tests ran above), in the test profile, whose optimised
 # dependencies the broker's tests just built: its tests run as fast as in the sim profile,
 # and compiling their harness optimised took minutes; ci/sim.sh builds the sim profile's
 # binary for the seeds.
 cargo test -p kaas-sim -- --test-threads=2
-# Under .ci/run, the simulator's optimised binary for ci/sim.sh, then the fuzz targets for
-# ci/fuzz.sh (nightly, libFuzzer's instrumentation), build in the background at the lowest
-# priority while the scripts below mostly wait on brokers, JVMs and sleeps: the later scripts
-# find them built (their cargo waits for these if not). Off for a plain test run.
-if [ "${KAAS_CI_SIM_PREBUILD:-0}" = 1 ]; then
-  (nice -n 19 cargo build --profile sim -p kaas-sim > target/sim-prebuild.log 2>&1
-   nice -n 19 bash ci/fuzz.sh --build-only > target/fuzz-prebuild.log 2>&1) &
-fi
 section "client scripts"
 bash ci/clients.sh
 section "SSL and SASL listeners: Java, kafka-python, confluent-kafka; mutual TLS; a certificate replaced; SASL/PLAIN; 3 brokers"
