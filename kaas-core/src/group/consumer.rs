@@ -914,7 +914,7 @@ mod tests {
 
     #[test]
     fn a_member_subscribed_by_regex_is_given_the_topics_it_matches_as_they_come() {
-        let now = Instant::now();
+        let now = start();
         let topics = |names: &'static [&'static str]| {
             move |name: &str| {
                 names.iter().position(|n| *n == name).map(|i| TopicMetadata {
