@@ -96,6 +96,8 @@ pub struct TxnReport {
     pub written: usize,
     /// Where its parts were, as the copier's routes knew them once it staged.
     pub placement: Placement,
+    /// Why a write or a staging failed (what the broker answered), if one did.
+    pub failure: Option<String>,
 }
 
 /// Which brokers a transaction's parts were on: its coordinator, its output partitions' leaders,
@@ -290,6 +292,7 @@ impl ShareCopier {
             outputs: 0,
             written: 0,
             placement: Placement::default(),
+            failure: None,
             commit: !self.config.abort_every.is_some_and(|k| k > 0 && self.transactions.is_multiple_of(k)),
         };
         if hooks.at(Step::Polled, &txn).await == Go::Stop {
@@ -299,7 +302,7 @@ impl ShareCopier {
         if hooks.at(Step::Produced, &txn).await == Go::Stop {
             return Ok(Go::Stop);
         }
-        let staged = produced && self.stage(deliveries, &txn, hooks, observer).await?;
+        let staged = produced && self.stage(deliveries, &mut txn, hooks, observer).await?;
         txn.staged = staged;
         txn.placement = self.placement(deliveries);
         txn.commit &= staged;
@@ -371,7 +374,14 @@ impl ShareCopier {
                 }
                 Outcome::Failed(code) if fenced(code) => return Err(CopyError::Fenced),
                 // Written or not, the transaction is aborted: its outputs are never read.
-                Outcome::Failed(_) | Outcome::Indefinite => return Ok(false),
+                Outcome::Failed(code) => {
+                    txn.failure = Some(format!("Produce to {output}-{p}: error {code} after {tries} retries"));
+                    return Ok(false);
+                }
+                Outcome::Indefinite => {
+                    txn.failure = Some(format!("Produce to {output}-{p}: no answer after {tries} retries"));
+                    return Ok(false);
+                }
             }
         }
         Ok(true)
@@ -396,7 +406,7 @@ impl ShareCopier {
     async fn stage(
         &mut self,
         deliveries: &[Delivery],
-        txn: &TxnReport,
+        txn: &mut TxnReport,
         hooks: &mut dyn CopyHooks,
         observer: &mut dyn ShareObserver,
     ) -> Result<bool, CopyError> {
@@ -413,6 +423,9 @@ impl ShareCopier {
                 .await;
             let staged = matches!(&outcome, Outcome::Ok(codes) if codes.iter().all(|(_, _, c)| *c == 0));
             hooks.staging(txn, sent, staged);
+            if !staged {
+                txn.failure = Some(format!("TxnShareAcknowledge on {broker}: {outcome:?}"));
+            }
             match outcome {
                 Outcome::Ok(_) if staged => {}
                 Outcome::Failed(code) if fenced(code) => return Err(CopyError::Fenced),

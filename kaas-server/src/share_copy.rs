@@ -70,7 +70,11 @@ impl CopyHooks for Progress {
             }
             TxnEnd::Aborted => {
                 self.aborted += 1;
-                let why = if txn.staged { "on purpose" } else { "a write or staging failed" };
+                let why = match (&txn.failure, txn.staged) {
+                    (_, true) => "on purpose".to_string(),
+                    (Some(failure), false) => failure.clone(),
+                    (None, false) => "a write or staging failed".to_string(),
+                };
                 println!("transaction {} aborted ({why}): its {} records come back", txn.number, txn.inputs.len());
             }
             TxnEnd::Fenced | TxnEnd::Unknown => {}
