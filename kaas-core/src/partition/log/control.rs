@@ -16,7 +16,7 @@ pub enum Marker {
 /// Attributes of a marker: transactional (0x10) and control (0x20), no compression.
 const MARKER_ATTRIBUTES: i16 = 0x30;
 
-fn put_varint(b: &mut BytesMut, v: i64) {
+pub(crate) fn put_varint(b: &mut BytesMut, v: i64) {
     // Kafka's varints are zigzag-encoded.
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
@@ -26,7 +26,7 @@ fn put_varint(b: &mut BytesMut, v: i64) {
     b.put_u8(z as u8);
 }
 
-fn get_varint(b: &[u8], at: &mut usize) -> Option<i64> {
+pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<i64> {
     let mut z: u64 = 0;
     for shift in (0..64).step_by(7) {
         let byte = *b.get(*at)?;

@@ -3,6 +3,7 @@
 //! requests or the wire.
 
 pub mod batch;
+pub mod compact;
 pub mod control;
 mod partition_log;
 pub mod records;
