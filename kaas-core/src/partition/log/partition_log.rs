@@ -133,6 +133,11 @@ impl<V: Volume> PartitionLog<V> {
             }
             chain.push((base, epoch));
         }
+        // A cleaned copy a crash left before its rename: the segment it copies is whole.
+        for name in names.iter().filter(|n| n.ends_with(".cleaned")) {
+            tracing::info!(dir, name, "removing a cleaning pass's unfinished copy");
+            volume.remove_file(&join(dir, name)).await?;
+        }
         // Superseded and late files go: once retention removed the segments that outrank
         // them, they would otherwise be read as the start of the log.
         for (base, epoch) in dropped {
@@ -183,14 +188,17 @@ impl<V: Volume> PartitionLog<V> {
                     }
                 }
             }
-            if let Some(prev) = segments.last() {
-                let prev: &Segment<V::File> = prev;
-                if prev.next_offset != base {
+            if let Some(prev) = segments.last_mut() {
+                let prev: &mut Segment<V::File> = prev;
+                if prev.next_offset > base {
                     return Err(LogError::Corrupt(format!(
                         "{dir}: segment {base} does not follow {} (files {names:?})",
                         prev.next_offset
                     )));
                 }
+                // A cleaned segment whose last batches were cleaned away still ends where the
+                // next one begins.
+                prev.next_offset = base;
             }
             segments.push(seg);
         }
@@ -373,7 +381,9 @@ impl<V: Volume> PartitionLog<V> {
             if upper < seg.next_offset {
                 limit = seg.position_of(upper, limit).await?;
             }
-            let position = seg.position_of(offset, limit).await?;
+            // Past the end of a segment (cleaned away, or not yet durable) the next one is read
+            // from its start.
+            let position = seg.position_of(offset.max(seg.base_offset), limit).await?;
             if position < limit {
                 return read_batches(seg, position, limit, max_bytes).await;
             }
@@ -436,6 +446,76 @@ impl<V: Volume> PartitionLog<V> {
     /// The largest timestamp in the log and the base offset of its batch (ListOffsets -3).
     pub fn max_timestamp(&self) -> i64 {
         self.segments.iter().map(|s| s.max_timestamp).max().unwrap_or(-1)
+    }
+
+    /// Swaps closed segment `base_offset` for its cleaned copy `batches` (some of its batches, in
+    /// order, offsets unchanged): written beside it, synced, renamed over it (the one atomic
+    /// step: a crash before it leaves the segment whole, and the copy is removed at the next
+    /// open), then indexed. The segment still ends where it ended, whatever was cleaned away.
+    pub async fn replace_segment(&mut self, base_offset: i64, batches: &[Bytes]) -> Result<(), LogError> {
+        let at = self.segments.iter().position(|s| s.base_offset == base_offset);
+        let Some(at) = at.filter(|&at| at + 1 < self.segments.len()) else {
+            return Err(LogError::Corrupt(format!("{}: no closed segment at {base_offset} to replace", self.dir)));
+        };
+        let (epoch, end) = (self.segments[at].epoch, self.segments[at].next_offset);
+        let mut next = base_offset;
+        for data in batches {
+            let header = super::batch::check(data).map_err(|e| LogError::Corrupt(format!("cleaned batch: {e:?}")))?;
+            if header.base_offset < next || header.next_offset() > end {
+                return Err(LogError::Corrupt(format!(
+                    "{}: cleaned batch at {} outside [{next}, {end}) of segment {base_offset}",
+                    self.dir, header.base_offset
+                )));
+            }
+            next = header.next_offset();
+        }
+        let copy = join(&self.dir, &segment::cleaned_name(base_offset, epoch));
+        let file = self.volume.create(&copy).await?;
+        for data in batches {
+            file.append(data.clone()).await?;
+        }
+        file.sync().await?;
+        let path = join(&self.dir, &segment::log_name(base_offset, epoch));
+        self.volume.rename(&copy, &path).await?;
+        self.volume.sync_dir(&self.dir).await?;
+        let mut seg = Segment::new_loaded(
+            base_offset,
+            epoch,
+            segment::open_file(&self.volume, &self.dir, base_offset, epoch).await?,
+        );
+        let scan = seg.scan(self.config.index_interval_bytes).await?;
+        if scan.valid_len != scan.file_len {
+            return Err(LogError::Corrupt(format!("{path}: the cleaned copy does not read back")));
+        }
+        seg.next_offset = end;
+        let index = join(&self.dir, &segment::index_name(base_offset, epoch));
+        self.volume.write_atomic(&index, seg.encode_index()).await?;
+        self.segments[at] = seg;
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// The durable batches of closed segment `base_offset`, whole, in order: what a cleaning
+    /// pass reads.
+    pub async fn segment_batches(&self, base_offset: i64) -> Result<Vec<(BatchHeader, Bytes)>, LogError> {
+        let Some(seg) = self.segments.iter().find(|s| s.base_offset == base_offset) else {
+            return Ok(vec![]);
+        };
+        let raw = seg.file.read_at(0, seg.durable_len as usize).await?;
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < raw.len() {
+            let header = super::batch::check(&raw[at..])
+                .map_err(|_| LogError::Corrupt(format!("{}: bad batch at {at} of segment {base_offset}", self.dir)))?;
+            out.push((header, raw.slice(at..at + header.total_len())));
+            at += header.total_len();
+        }
+        Ok(out)
+    }
+
+    /// The base offsets of the closed segments (every one but the active), oldest first.
+    pub fn closed_segments(&self) -> Vec<i64> {
+        self.segments[..self.segments.len() - 1].iter().map(|s| s.base_offset).collect()
     }
 
     /// Moves the log start offset forward (DeleteRecords). `offset` -1 means the high watermark.
@@ -738,6 +818,52 @@ mod corruption_tests {
         assert_eq!(log.end_offset_for_epoch(2), Some((1, 4)), "the newest epoch up to the one asked");
         assert_eq!(log.end_offset_for_epoch(3), Some((3, 6)), "the current epoch ends at the log end");
         assert_eq!(log.end_offset_for_epoch(9), Some((3, 6)));
+    }
+
+    /// The base offset of the batch a one-byte read at `offset` returns.
+    async fn read_at(log: &PartitionLog<RealVolume>, offset: i64) -> i64 {
+        batch::check(&log.read(offset, 1, None).await.unwrap().records).unwrap().base_offset
+    }
+
+    #[tokio::test]
+    async fn a_cleaned_segment_is_swapped_in_and_read_past_its_gaps_after_any_crash() {
+        let volume = scratch();
+        filled(&volume).await;
+        let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap();
+        let closed = log.closed_segments();
+        assert!(closed.len() >= 3, "{closed:?}");
+        let (first, second, third) = (closed[0], closed[1], closed[2]);
+        let batches = log.segment_batches(first).await.unwrap();
+        assert!(batches.len() >= 2);
+        // The first segment keeps its second batch only; the second keeps nothing.
+        let kept = batches[1].0.base_offset;
+        log.replace_segment(first, &[batches[1].1.clone()]).await.unwrap();
+        log.replace_segment(second, &[]).await.unwrap();
+        let out_of_order = [batches[1].1.clone(), batches[0].1.clone()];
+        assert!(matches!(log.replace_segment(third, &out_of_order).await, Err(LogError::Corrupt(_))));
+        let last = *log.segments.last().map(|s| &s.base_offset).unwrap();
+        assert!(log.replace_segment(last, &[]).await.is_err(), "never the active segment");
+        let check = |log: PartitionLog<RealVolume>| async move {
+            assert_eq!((log.log_start_offset(), log.high_watermark()), (0, 60));
+            assert_eq!(read_at(&log, 0).await, kept, "a fetch in a gap gets the next batch");
+            assert_eq!(read_at(&log, kept).await, kept);
+            assert_eq!(read_at(&log, second).await, third, "an emptied segment is read past");
+            assert_eq!(read_at(&log, 59).await, 57);
+        };
+        check(log).await;
+        // Reopened through the indexes, then through scans.
+        check(PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap()).await;
+        for name in volume.list("t-0").await.unwrap().iter().filter(|n| n.ends_with(".index")) {
+            volume.remove_file(&format!("t-0/{name}")).await.unwrap();
+        }
+        check(PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap()).await;
+        // A crash between writing a cleaned copy and its rename: the copy is not read, and goes.
+        let copy = format!("t-0/{}", segment::cleaned_name(third, 0));
+        volume.write_atomic(&copy, Bytes::from_static(b"half a copy")).await.unwrap();
+        let log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap();
+        assert_eq!(read_at(&log, third).await, third);
+        assert!(volume.read(&copy).await.unwrap().is_none(), "the unfinished copy is removed");
+        check(log).await;
     }
 
     #[tokio::test]

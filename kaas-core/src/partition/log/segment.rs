@@ -58,6 +58,12 @@ fn parse_stem(stem: &str) -> Option<(i64, u32)> {
     Some((digits.parse().ok()?, epoch))
 }
 
+/// Where a cleaning pass writes a segment's cleaned copy before renaming it over the segment; a
+/// copy left by a crash before the rename is removed when the log is opened, never read.
+pub fn cleaned_name(base_offset: i64, epoch: u32) -> String {
+    format!("{}.cleaned", stem(base_offset, epoch))
+}
+
 /// Parses "00000000000000000042.log" into (42, 0) and "00000000000000000042-3.log" into (42, 3).
 pub fn parse_log_name(name: &str) -> Option<(i64, u32)> {
     parse_stem(name.strip_suffix(".log")?)
@@ -173,8 +179,8 @@ impl<F: VolumeFile> Segment<F> {
             let checked =
                 if crate::mutant!(SkipCrcOnRecovery) { BatchHeader::parse(available) } else { batch::check(available) };
             let Ok(header) = checked else { break };
-            if header.base_offset != self.next_offset {
-                break; // offsets are contiguous within a segment, starting at its base
+            if header.base_offset < self.next_offset {
+                break; // offsets increase within a segment (a cleaned one has gaps)
             }
             let len = header.total_len() as u64;
             self.note_batch(&header, position, len, index_interval_bytes);
@@ -256,7 +262,12 @@ impl<F: VolumeFile> Segment<F> {
             return false;
         };
         let size_ok = if seal { decoded.size <= self.size() } else { decoded.size == self.size() };
-        if !size_ok || decoded.entries.first().map(|e| e.offset) != Some(self.base_offset) {
+        // A cleaned segment may start past its base, or (every batch cleaned away) hold nothing.
+        let first_ok = match decoded.entries.first() {
+            Some(e) => e.offset >= self.base_offset,
+            None => decoded.size == 0,
+        };
+        if !size_ok || !first_ok || decoded.next_offset < self.base_offset {
             return false;
         }
         self.index = decoded.entries;
