@@ -14,8 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 section() { echo "== $1 (at ${SECONDS} s)"; }
-FIXED=${KAAS_SIM_FIXED:-40}
-ROTATING=${KAAS_SIM_ROTATING:-64}
+FIXED=${KAAS_SIM_FIXED:-32}
+ROTATING=${KAAS_SIM_ROTATING:-48}
 MUTANT_SEEDS=${KAAS_SIM_MUTANT_SEEDS:-400}
 # cluster-flap's worlds live through several leases each (about 40 simulated seconds of
 # frequent heartbeats): a quarter of each window.
