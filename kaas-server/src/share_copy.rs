@@ -70,10 +70,9 @@ impl CopyHooks for Progress {
             }
             TxnEnd::Aborted => {
                 self.aborted += 1;
-                let why = match (&txn.failure, txn.staged) {
-                    (_, true) => "on purpose".to_string(),
-                    (Some(failure), false) => failure.clone(),
-                    (None, false) => "a write or staging failed".to_string(),
+                let why = match txn.staged {
+                    true => "on purpose",
+                    false => txn.failure.as_deref().unwrap_or("a write or staging failed"),
                 };
                 println!("transaction {} aborted ({why}): its {} records come back", txn.number, txn.inputs.len());
             }

@@ -459,6 +459,7 @@ impl<V: Volume> PartitionLog<V> {
         };
         let (epoch, end) = (self.segments[at].epoch, self.segments[at].next_offset);
         let mut next = base_offset;
+        let mut headers = Vec::with_capacity(batches.len());
         for data in batches {
             let header = super::batch::check(data).map_err(|e| LogError::Corrupt(format!("cleaned batch: {e:?}")))?;
             if header.base_offset < next || header.next_offset() > end {
@@ -468,6 +469,7 @@ impl<V: Volume> PartitionLog<V> {
                 )));
             }
             next = header.next_offset();
+            headers.push(header);
         }
         let copy = join(&self.dir, &segment::cleaned_name(base_offset, epoch));
         let file = self.volume.create(&copy).await?;
@@ -478,15 +480,15 @@ impl<V: Volume> PartitionLog<V> {
         let path = join(&self.dir, &segment::log_name(base_offset, epoch));
         self.volume.rename(&copy, &path).await?;
         self.volume.sync_dir(&self.dir).await?;
-        let mut seg = Segment::new_loaded(
-            base_offset,
-            epoch,
-            segment::open_file(&self.volume, &self.dir, base_offset, epoch).await?,
-        );
-        let scan = seg.scan(self.config.index_interval_bytes).await?;
-        if scan.valid_len != scan.file_len {
-            return Err(LogError::Corrupt(format!("{path}: the cleaned copy does not read back")));
+        // The file written is the segment now; its index comes from the batches checked above.
+        let mut seg = Segment::new_loaded(base_offset, epoch, file);
+        let mut position = 0;
+        for header in &headers {
+            let len = header.total_len() as u64;
+            seg.note_batch(header, position, len, self.config.index_interval_bytes);
+            position += len;
         }
+        seg.durable_len = position;
         seg.next_offset = end;
         let index = join(&self.dir, &segment::index_name(base_offset, epoch));
         self.volume.write_atomic(&index, seg.encode_index()).await?;

@@ -133,7 +133,8 @@ impl<F: VolumeFile> Segment<F> {
         Ok(())
     }
 
-    fn note_batch(&mut self, header: &BatchHeader, position: u64, len: u64, index_interval_bytes: u64) {
+    /// Records a batch written at `position` (its offset at or past the segment's end so far).
+    pub(super) fn note_batch(&mut self, header: &BatchHeader, position: u64, len: u64, index_interval_bytes: u64) {
         self.max_timestamp = self.max_timestamp.max(header.max_timestamp);
         if self.index.is_empty() || self.bytes_since_index_entry >= index_interval_bytes {
             self.index.push(IndexEntry { offset: header.base_offset, position, max_timestamp: self.max_timestamp });

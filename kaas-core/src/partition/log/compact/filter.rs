@@ -49,10 +49,11 @@ pub fn clean_batch(
     producers_last: bool,
     cx: Cleaning<'_>,
 ) -> Result<Cleaned, String> {
-    let dropped = if producers_last { empty(header, data)? } else { Cleaned::Dropped };
+    // What is left of a batch whose records all go: its header, if it is its producer's last.
+    let dropped = || if producers_last { empty(header, data) } else { Ok(Cleaned::Dropped) };
     match fate {
-        BatchFate::Aborted => return Ok(dropped),
-        BatchFate::Marker { removable } if removable && cx.drop_deletes => return Ok(dropped),
+        BatchFate::Aborted => return dropped(),
+        BatchFate::Marker { removable } if removable && cx.drop_deletes => return dropped(),
         BatchFate::Marker { .. } => return Ok(Cleaned::Unchanged),
         BatchFate::Records => {}
     }
@@ -62,11 +63,11 @@ pub fn clean_batch(
     }
     let records = raw::records(header, data)?;
     let kept: Vec<RawRecord> = records.iter().filter(|r| retained(r, cx)).cloned().collect();
-    Ok(match kept.len() {
-        n if n == records.len() => Cleaned::Unchanged,
-        0 => dropped,
-        _ => Cleaned::Rewritten(raw::rebuild(header, data, &kept)?),
-    })
+    match kept.len() {
+        n if n == records.len() => Ok(Cleaned::Unchanged),
+        0 => dropped(),
+        _ => raw::rebuild(header, data, &kept).map(Cleaned::Rewritten),
+    }
 }
 
 fn retained(record: &RawRecord, cx: Cleaning<'_>) -> bool {

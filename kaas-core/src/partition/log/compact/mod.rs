@@ -27,7 +27,7 @@ use bytes::Bytes;
 use crate::partition::log::batch::BatchHeader;
 use crate::partition::log::control::{self, Marker};
 use crate::partition::producer::state::AbortedTxn;
-use filter::{Cleaned, Cleaning};
+use filter::Cleaning;
 use offset_map::OffsetMap;
 use txn::{BatchFate, TxnTracker};
 
@@ -88,7 +88,6 @@ pub fn clean<'a>(
         let cx = Cleaning { map, drop_deletes: header.last_offset() < drop_deletes_below };
         let cleaned = filter::clean_batch(header, data, fate, last, cx)?;
         out.extend(cleaned.bytes(data).cloned());
-        debug_assert!(!matches!(cleaned, Cleaned::Rewritten(ref b) if b.len() > data.len() + 64));
     }
     Ok(out)
 }
