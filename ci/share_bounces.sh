@@ -18,7 +18,7 @@ KAAS=target/release/kaas
 [ -x "$KAAS" ] || cargo build --release -p kaas-server
 cp=$(bash ci/clients/java/build.sh)
 brokers=${1:-3}
-messages=${KAAS_SHARE_BOUNCE_MESSAGES:-30000}
+throughput=${KAAS_SHARE_BOUNCE_THROUGHPUT:-500}
 
 data=$(mktemp -d)
 pids=()
@@ -52,10 +52,13 @@ tool TopicCommand --bootstrap-server "$bootstrap" --create --topic bounced --par
 tool ConfigCommand --bootstrap-server "$bootstrap" --entity-type groups --entity-name bounced --alter \
   --add-config share.auto.offset.reset=earliest > /dev/null
 
-# The tool sends with retries=0; with retries a broker kill costs the producer little.
+# The tool sends with retries=0; with retries a broker kill costs the producer little. It
+# produces until every bounce is over (SIGTERM then flushes what it sent and prints a
+# summary): a fixed count could all be consumed before the last bounce on a slow machine,
+# and a consumer with nothing to consume cannot show progress.
 printf 'retries=2147483647\ndelivery.timeout.ms=120000\n' > "$data.producer.properties"
 java -cp "$cp" org.apache.kafka.tools.VerifiableProducer --bootstrap-server "$bootstrap" --topic bounced \
-  --max-messages "$messages" --throughput 1000 --acks -1 --command-config "$data.producer.properties" \
+  --max-messages -1 --throughput "$throughput" --acks -1 --command-config "$data.producer.properties" \
   > "$data.producer" 2>&1 &
 producer=$!
 start_consumer() {
@@ -104,9 +107,11 @@ for round in 0 1; do
   done
 done
 
-if ! wait "$producer"; then
+kill -TERM "$producer"
+wait "$producer" || true
+if ! grep -q '"name":"tool_data"' "$data.producer"; then
   tail -5 "$data.producer"
-  echo "FAILED: the producer did not finish"
+  echo "FAILED: the producer did not flush and stop"
   exit 1
 fi
 # Everything the producer had acked must be consumed; a minute for the last of it (and for
