@@ -243,7 +243,8 @@ pub fn active(mutant: Mutant) -> bool {
 
 /// Every BUGGIFY site in the broker. A world file names the sites its seed enabled, so a site
 /// must be listed here to be drawn, and a site that fires must be listed (checked).
-pub const BUGGIFY_SITES: [&str; 7] = [
+pub const BUGGIFY_SITES: [&str; 8] = [
+    "dead_letter.queue_down",
     "groups.slow_commit",
     "log.early_roll",
     "partition.not_leader",
@@ -255,6 +256,15 @@ pub const BUGGIFY_SITES: [&str; 7] = [
 
 /// Chance that an enabled site fires on a visit.
 const SITE_FIRES: f64 = 0.05;
+
+/// A site's chance to fire: `SITE_FIRES`, or more for a site visited once in a long while.
+fn fire_chance(site: &str) -> f64 {
+    match site {
+        // Visited once a dead letter, a few times a world.
+        "dead_letter.queue_down" => 0.5,
+        _ => SITE_FIRES,
+    }
+}
 
 /// What a world chose for BUGGIFY: the sites it enabled and the seed of their fires.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -293,7 +303,7 @@ pub fn buggify(site: &'static str) -> bool {
     BUGGIFY.with(|b| {
         let mut b = b.borrow_mut();
         let Some(Buggify { rng, sites }) = b.as_mut() else { return false };
-        let fires = sites.contains(site) && rng.random_bool(SITE_FIRES);
+        let fires = sites.contains(site) && rng.random_bool(fire_chance(site));
         if fires {
             reach(format!("buggify {site}"));
         }

@@ -45,6 +45,8 @@ const HEADER_DELIVERY_COUNT: &str = "__dlq.errors.delivery.count";
 const HEADER_MESSAGE: &str = "__dlq.errors.message";
 /// How long a write waits before it tries a queue partition again.
 const RETRY_INTERVAL_MS: u64 = 500;
+/// BUGGIFY: how long a queue partition stays down (a lease's length at the simulator's settings).
+const QUEUE_DOWN_MS: u64 = 6000;
 /// What one read of the source partition takes, for a copied record (Apache's figure).
 const SOURCE_READ_BYTES: usize = 1 << 20;
 
@@ -118,17 +120,16 @@ impl<E: Env> DeadLetterWriter<E> {
     /// partition cannot take them and this broker still owns the source partition.
     async fn write(&self, letter: &DeadLetter) -> Written {
         loop {
-            let outcome = match self.prepare(letter).await {
-                Ok((queue, target, records)) => match self.produce(&queue, target, records).await {
-                    Ok(()) => {
-                        tracing::debug!(%letter, queue = %queue, "records written to the dead-letter queue");
-                        return Written::Yes;
-                    }
-                    Err(e) if retriable(&e) => format!("{queue}-{target}: {e:?}"),
-                    Err(e) => return Written::Never(format!("{queue}-{target} refused the records: {e:?}")),
-                },
-                Err(Unwritable::Never(why)) => return Written::Never(why),
-                Err(Unwritable::Yet(why)) => why,
+            let outcome = if crate::buggify!("dead_letter.queue_down") {
+                // The queue partition's owner down until its lease runs out: the records wait
+                // as Archiving, and the source partition may move meanwhile.
+                self.env.clock().sleep_ms(QUEUE_DOWN_MS).await;
+                "the queue partition's owner is down (BUGGIFY)".to_string()
+            } else {
+                match self.try_write(letter).await {
+                    Ok(done) => return done,
+                    Err(not_yet) => not_yet,
+                }
             };
             tracing::debug!(%letter, reason = %outcome, "dead-letter queue not written yet");
             if !self.owns_source(letter) {
@@ -136,6 +137,22 @@ impl<E: Env> DeadLetterWriter<E> {
             }
             self.env.clock().sleep_ms(RETRY_INTERVAL_MS).await;
         }
+    }
+
+    /// One try at the write: written or never to be (`Ok`), or why not yet (`Err`).
+    async fn try_write(&self, letter: &DeadLetter) -> Result<Written, String> {
+        Err(match self.prepare(letter).await {
+            Ok((queue, target, records)) => match self.produce(&queue, target, records).await {
+                Ok(()) => {
+                    tracing::debug!(%letter, queue = %queue, "records written to the dead-letter queue");
+                    return Ok(Written::Yes);
+                }
+                Err(e) if retriable(&e) => format!("{queue}-{target}: {e:?}"),
+                Err(e) => return Ok(Written::Never(format!("{queue}-{target} refused the records: {e:?}"))),
+            },
+            Err(Unwritable::Never(why)) => return Ok(Written::Never(why)),
+            Err(Unwritable::Yet(why)) => why,
+        })
     }
 
     /// Whether this broker still owns the letter's source partition.

@@ -108,6 +108,15 @@ impl World for Share {
             let at = common::trigger(&mut rng, mix.progress_max);
             common.plan.push(Planned { at, fault: Fault::Pause { host, ms } });
         }
+        let dead_letter = rng.random_bool(0.5);
+        if dead_letter && cluster && rng.random_bool(0.5) {
+            // KIP-1191's race: the queue partition down while the source partition moves.
+            let buggify = common.buggify.get_or_insert_with(|| common::Buggify { seed: rng.random(), sites: vec![] });
+            let site = "dead_letter.queue_down".to_string();
+            if !buggify.sites.contains(&site) {
+                buggify.sites.push(site);
+            }
+        }
         let session_timeout_ms = rng.random_range(2000..=6000);
         Share {
             common,
@@ -127,7 +136,7 @@ impl World for Share {
             session_timeout_ms,
             heartbeat_interval_ms: rng.random_range(session_timeout_ms / 6..=session_timeout_ms / 3),
             delivery_count_limit: rng.random_range(2..=5),
-            dead_letter: rng.random_bool(0.5),
+            dead_letter,
         }
     }
 
