@@ -101,6 +101,14 @@ fn released_name(epoch: u32) -> String {
     format!("{epoch:010}.released")
 }
 
+/// Whether a claim newer than `epoch` exists for `key`: whoever holds `epoch` is no longer its
+/// owner, whatever its lease says. A paused old owner asks this before a step a successor
+/// could not see coming (a cleaned segment renamed in).
+pub async fn superseded<V: Volume>(volume: &V, kind: Kind, key: &str, epoch: u32) -> io::Result<bool> {
+    let path = join(&Claims::<V>::key_dir(kind, key), &claim_name(epoch + 1));
+    Ok(volume.read(&path).await?.is_some())
+}
+
 /// Claims and releases epochs for one broker process; remembers the last epoch seen per key
 /// so that probing starts there.
 pub struct Claims<V: Volume> {

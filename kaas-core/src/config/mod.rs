@@ -46,6 +46,20 @@ pub struct BrokerConfig {
     pub log_retention_ms: i64,
     pub log_retention_bytes: i64,
     pub log_retention_check_interval_ms: u64,
+    /// `log.cleanup.policy`: a topic's `cleanup.policy` unless it sets its own.
+    pub log_cleanup_policy: String,
+    /// `log.roll.ms`: how old an active segment may grow before it rolls (topic `segment.ms`).
+    pub log_roll_ms: i64,
+    /// The log cleaner (`log.cleaner.*`), which compacts `cleanup.policy=compact` topics.
+    pub log_cleaner_enable: bool,
+    pub log_cleaner_backoff_ms: u64,
+    pub log_cleaner_dedupe_buffer_size: u64,
+    pub log_cleaner_io_buffer_load_factor: f64,
+    pub log_cleaner_io_max_bytes_per_second: f64,
+    pub log_cleaner_min_cleanable_ratio: f64,
+    pub log_cleaner_min_compaction_lag_ms: i64,
+    pub log_cleaner_max_compaction_lag_ms: i64,
+    pub log_cleaner_delete_retention_ms: i64,
     pub message_max_bytes: i32,
     pub socket_request_max_bytes: usize,
     /// The largest request a connection may send before SASL authenticated it
@@ -185,6 +199,17 @@ impl Default for BrokerConfig {
             log_retention_ms: 7 * 24 * 3600 * 1000,
             log_retention_bytes: -1,
             log_retention_check_interval_ms: 300_000,
+            log_cleanup_policy: "delete".into(),
+            log_roll_ms: 7 * 24 * 3600 * 1000,
+            log_cleaner_enable: true,
+            log_cleaner_backoff_ms: 15_000,
+            log_cleaner_dedupe_buffer_size: 128 << 20,
+            log_cleaner_io_buffer_load_factor: 0.9,
+            log_cleaner_io_max_bytes_per_second: f64::MAX,
+            log_cleaner_min_cleanable_ratio: 0.5,
+            log_cleaner_min_compaction_lag_ms: 0,
+            log_cleaner_max_compaction_lag_ms: i64::MAX,
+            log_cleaner_delete_retention_ms: 86_400_000,
             message_max_bytes: 1_048_588,
             socket_request_max_bytes: 104_857_600,
             sasl_server_max_receive_size: 524_288,
@@ -321,7 +346,12 @@ impl BrokerConfig {
     /// The broker-level defaults of every topic config kaas understands, by topic config name.
     pub fn topic_defaults(&self) -> BTreeMap<&'static str, String> {
         let mut m = BTreeMap::new();
-        m.insert("cleanup.policy", "delete".to_string());
+        m.insert("cleanup.policy", self.log_cleanup_policy.clone());
+        m.insert("delete.retention.ms", self.log_cleaner_delete_retention_ms.to_string());
+        m.insert("max.compaction.lag.ms", self.log_cleaner_max_compaction_lag_ms.to_string());
+        m.insert("min.cleanable.dirty.ratio", self.log_cleaner_min_cleanable_ratio.to_string());
+        m.insert("min.compaction.lag.ms", self.log_cleaner_min_compaction_lag_ms.to_string());
+        m.insert("segment.ms", self.log_roll_ms.to_string());
         m.insert("compression.type", "producer".to_string());
         m.insert(DLQ_GROUP_ENABLE, "false".to_string());
         m.insert("index.interval.bytes", self.log_index_interval_bytes.to_string());
@@ -340,11 +370,14 @@ impl BrokerConfig {
     /// What a partition of a topic runs with: the topic's overrides on the broker defaults.
     pub fn partition_settings(&self, overrides: &BTreeMap<String, String>) -> PartitionSettings {
         let max_message_bytes = overrides.get("max.message.bytes").and_then(|v| v.parse::<i64>().ok());
+        let log = self.log_config(overrides);
         PartitionSettings {
-            log: self.log_config(overrides),
-            records: record_policy(overrides),
+            log,
+            // The broker's `log.cleanup.policy` counts too.
+            records: RecordPolicy { compacted: log.cleanup.compact, ..record_policy(overrides) },
             max_message_bytes: max_message_bytes.unwrap_or(i64::from(self.message_max_bytes)).max(0) as usize,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
+            cleaner: self.cleaner(),
         }
     }
 
@@ -372,6 +405,28 @@ impl BrokerConfig {
                 .unwrap_or(self.log_index_interval_bytes),
             retention_ms: get("retention.ms").unwrap_or(self.log_retention_ms),
             retention_bytes: get("retention.bytes").unwrap_or(self.log_retention_bytes),
+            segment_ms: get("segment.ms").unwrap_or(self.log_roll_ms),
+            cleanup: CleanupPolicy::parse(overrides.get("cleanup.policy").unwrap_or(&self.log_cleanup_policy)),
+            compaction: Compaction {
+                min_cleanable_dirty_ratio: overrides
+                    .get("min.cleanable.dirty.ratio")
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .unwrap_or(self.log_cleaner_min_cleanable_ratio),
+                min_compaction_lag_ms: get("min.compaction.lag.ms").unwrap_or(self.log_cleaner_min_compaction_lag_ms),
+                max_compaction_lag_ms: get("max.compaction.lag.ms").unwrap_or(self.log_cleaner_max_compaction_lag_ms),
+                delete_retention_ms: get("delete.retention.ms").unwrap_or(self.log_cleaner_delete_retention_ms),
+            },
+        }
+    }
+
+    /// The broker's log cleaner, as its settings say.
+    pub fn cleaner(&self) -> CleanerConfig {
+        CleanerConfig {
+            enable: self.log_cleaner_enable,
+            backoff_ms: self.log_cleaner_backoff_ms.max(1),
+            dedupe_buffer_bytes: self.log_cleaner_dedupe_buffer_size,
+            load_factor: self.log_cleaner_io_buffer_load_factor.clamp(0.1, 0.95),
+            max_bytes_per_second: self.log_cleaner_io_max_bytes_per_second,
         }
     }
 }
@@ -408,7 +463,7 @@ pub fn record_policy(overrides: &BTreeMap<String, String>) -> RecordPolicy {
     let ms =
         |name: &str, default: i64| overrides.get(name).and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(default);
     RecordPolicy {
-        compacted: overrides.get("cleanup.policy").is_some_and(|p| p.split(',').any(|p| p.trim() == "compact")),
+        compacted: overrides.get("cleanup.policy").is_some_and(|p| CleanupPolicy::parse(p).compact),
         log_append_time: overrides.get("message.timestamp.type").is_some_and(|t| t == "LogAppendTime"),
         timestamp_before_max_ms: ms("message.timestamp.before.max.ms", defaults.timestamp_before_max_ms),
         timestamp_after_max_ms: ms("message.timestamp.after.max.ms", defaults.timestamp_after_max_ms),
@@ -425,18 +480,24 @@ pub fn broker_name_of(topic_config: &str) -> &str {
         "max.message.bytes" => "message.max.bytes",
         "cleanup.policy" => "log.cleanup.policy",
         "message.timestamp.type" => "log.message.timestamp.type",
+        "segment.ms" => "log.roll.ms",
+        "min.cleanable.dirty.ratio" => "log.cleaner.min.cleanable.ratio",
+        "min.compaction.lag.ms" => "log.cleaner.min.compaction.lag.ms",
+        "max.compaction.lag.ms" => "log.cleaner.max.compaction.lag.ms",
+        "delete.retention.ms" => "log.cleaner.delete.retention.ms",
         other => other,
     }
 }
 
 /// A partition's settings: the log's, what it takes from producers, and the largest batch it
 /// accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PartitionSettings {
     pub log: LogConfig,
     pub records: RecordPolicy,
     pub max_message_bytes: usize,
     pub producer_id_expiration_ms: i64,
+    pub cleaner: CleanerConfig,
 }
 
 /// Checks a topic config override's name and value; the error text goes to the client.
@@ -449,6 +510,12 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
     };
     match name {
         "retention.ms" | "retention.bytes" => numeric(-1),
+        "min.compaction.lag.ms" | "delete.retention.ms" => numeric(0),
+        "max.compaction.lag.ms" => numeric(1),
+        "min.cleanable.dirty.ratio" => match value.trim().parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
+            _ => Err(format!("Invalid value {value} for configuration {name}: Value must be between 0 and 1")),
+        },
         "segment.bytes" => numeric(14),
         "index.interval.bytes"
         | "max.message.bytes"
@@ -484,17 +551,13 @@ pub const DLQ_GROUP_ENABLE: &str = "errors.deadletterqueue.group.enable";
 
 /// Topic config names Apache Kafka accepts; kaas stores them even where it does not act on them.
 const KNOWN_TOPIC_CONFIGS: &[&str] = &[
-    "delete.retention.ms",
     "file.delete.delay.ms",
     "follower.replication.throttled.replicas",
     "leader.replication.throttled.replicas",
     "local.retention.bytes",
     "local.retention.ms",
-    "max.compaction.lag.ms",
     "message.downconversion.enable",
     "message.timestamp.difference.max.ms",
-    "min.cleanable.dirty.ratio",
-    "min.compaction.lag.ms",
     "preallocate",
     "remote.storage.enable",
     "segment.index.bytes",
@@ -503,7 +566,7 @@ const KNOWN_TOPIC_CONFIGS: &[&str] = &[
 ];
 
 /// A partition log's settings (`partition::log`), from the topic's configs over the broker's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LogConfig {
     pub segment_bytes: u64,
     pub index_interval_bytes: u64,
@@ -511,6 +574,10 @@ pub struct LogConfig {
     pub retention_ms: i64,
     /// -1: no size limit.
     pub retention_bytes: i64,
+    /// `segment.ms`: an active segment older than this rolls at its next append.
+    pub segment_ms: i64,
+    pub cleanup: CleanupPolicy,
+    pub compaction: Compaction,
 }
 
 impl Default for LogConfig {
@@ -520,7 +587,71 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             retention_ms: 7 * 24 * 3600 * 1000,
             retention_bytes: -1,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            cleanup: CleanupPolicy { delete: true, compact: false },
+            compaction: Compaction::default(),
         }
+    }
+}
+
+/// `cleanup.policy`: old segments deleted by `retention.*`, the log compacted, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    pub delete: bool,
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    /// A validated value (`delete`, `compact`, both in either order).
+    pub fn parse(value: &str) -> CleanupPolicy {
+        let has = |p: &str| value.split(',').any(|v| v.trim() == p);
+        CleanupPolicy { delete: has("delete"), compact: has("compact") }
+    }
+}
+
+/// A compacted topic's settings, Apache's names and defaults.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Compaction {
+    /// `min.cleanable.dirty.ratio`: the share of the cleanable log not yet cleaned that makes
+    /// a pass worth its I/O.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a record is compacted within this long, dirty ratio or not.
+    pub max_compaction_lag_ms: i64,
+    /// `delete.retention.ms`: how long tombstones (and transaction markers whose transaction
+    /// has no records left) stay readable after their segment was cleaned.
+    pub delete_retention_ms: i64,
+}
+
+impl Default for Compaction {
+    fn default() -> Self {
+        Compaction {
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 86_400_000,
+        }
+    }
+}
+
+/// The broker's log cleaner (`log.cleaner.*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanerConfig {
+    pub enable: bool,
+    /// `log.cleaner.backoff.ms`: how long a partition with nothing to clean waits to look again.
+    pub backoff_ms: u64,
+    /// `log.cleaner.dedupe.buffer.size`: the offset map's memory, per pass.
+    pub dedupe_buffer_bytes: u64,
+    /// `log.cleaner.io.buffer.load.factor`: how full the offset map may get.
+    pub load_factor: f64,
+    /// `log.cleaner.io.max.bytes.per.second`: the cleaner's reads and writes, throttled.
+    pub max_bytes_per_second: f64,
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        BrokerConfig::default().cleaner()
     }
 }
 
@@ -613,7 +744,9 @@ mod tests {
                 _ if s.name == "authorizer.class.name" => settings::AUTHORIZERS[0].to_string(),
                 _ if s.name == "super.users" => "User:admin;User:ops".to_string(),
                 _ if s.name == "max.connections.per.ip.overrides" => "10.0.0.1:3,::1:0".to_string(),
+                _ if s.name == "log.cleanup.policy" => "compact,delete".to_string(),
                 v if v.parse::<i64>().is_ok() => "7".to_string(),
+                v if v.parse::<f64>().is_ok() => "0.25".to_string(),
                 _ => "other".to_string(),
             };
             set(&mut c, &given).unwrap_or_else(|e| panic!("{}: {e}", s.name));
@@ -637,6 +770,16 @@ mod tests {
             "log.index.interval.bytes",
             "log.retention.ms",
             "log.retention.bytes",
+            "log.cleanup.policy",
+            "log.roll.ms",
+            "log.cleaner.backoff.ms",
+            "log.cleaner.dedupe.buffer.size",
+            "log.cleaner.io.buffer.load.factor",
+            "log.cleaner.io.max.bytes.per.second",
+            "log.cleaner.min.cleanable.ratio",
+            "log.cleaner.min.compaction.lag.ms",
+            "log.cleaner.max.compaction.lag.ms",
+            "log.cleaner.delete.retention.ms",
             "message.max.bytes",
         ];
         assert_eq!(dynamic, want);

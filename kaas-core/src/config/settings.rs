@@ -332,6 +332,82 @@ pub const SETTINGS: &[Setting] = &[
         "The most bytes a partition keeps, oldest segments deleted first; -1 no limit (topic: `retention.bytes`)."
     ),
     field!("log.retention.check.interval.ms", log_retention_check_interval_ms, Static, "How often retention runs."),
+    Setting {
+        name: "log.cleanup.policy",
+        change: Dynamic,
+        doc: "`delete`, `compact` or both: what happens to old segments (topic: `cleanup.policy`).",
+        set: Some(|c, v| {
+            crate::config::validate_topic_config("cleanup.policy", v.trim())?;
+            c.log_cleanup_policy = v.trim().to_string();
+            Ok(())
+        }),
+        get: |c| c.log_cleanup_policy.clone(),
+    },
+    field!(
+        "log.roll.ms",
+        log_roll_ms,
+        Dynamic,
+        "How old a partition's active segment may get before it rolls (topic: `segment.ms`)."
+    ),
+    Setting {
+        name: "log.roll.hours",
+        change: Static,
+        doc: "`log.roll.ms` in hours.",
+        set: Some(|c, v| {
+            c.log_roll_ms = parse::<i64>("log.roll.hours", v)?.saturating_mul(3_600_000);
+            Ok(())
+        }),
+        get: |c| (c.log_roll_ms / 3_600_000).to_string(),
+    },
+    field!("log.cleaner.enable", log_cleaner_enable, Static, "Whether compacted topics are cleaned."),
+    field!(
+        "log.cleaner.backoff.ms",
+        log_cleaner_backoff_ms,
+        Dynamic,
+        "How long a compacted partition with nothing worth cleaning waits before it looks again."
+    ),
+    field!(
+        "log.cleaner.dedupe.buffer.size",
+        log_cleaner_dedupe_buffer_size,
+        Dynamic,
+        "The memory of a cleaning pass's offset map (24 bytes a key); a bigger log is cleaned in more passes."
+    ),
+    field!(
+        "log.cleaner.io.buffer.load.factor",
+        log_cleaner_io_buffer_load_factor,
+        Dynamic,
+        "How full a cleaning pass lets its offset map get."
+    ),
+    field!(
+        "log.cleaner.io.max.bytes.per.second",
+        log_cleaner_io_max_bytes_per_second,
+        Dynamic,
+        "The cleaner's reads and writes per second, per partition, at most."
+    ),
+    field!(
+        "log.cleaner.min.cleanable.ratio",
+        log_cleaner_min_cleanable_ratio,
+        Dynamic,
+        "The share of a log not yet cleaned that starts a pass (topic: `min.cleanable.dirty.ratio`)."
+    ),
+    field!(
+        "log.cleaner.min.compaction.lag.ms",
+        log_cleaner_min_compaction_lag_ms,
+        Dynamic,
+        "How long a record stays uncompacted at least (topic: `min.compaction.lag.ms`)."
+    ),
+    field!(
+        "log.cleaner.max.compaction.lag.ms",
+        log_cleaner_max_compaction_lag_ms,
+        Dynamic,
+        "How long a record may stay uncompacted at most (topic: `max.compaction.lag.ms`)."
+    ),
+    field!(
+        "log.cleaner.delete.retention.ms",
+        log_cleaner_delete_retention_ms,
+        Dynamic,
+        "How long a tombstone stays after its segment was cleaned (topic: `delete.retention.ms`)."
+    ),
     field!(
         "message.max.bytes",
         message_max_bytes,
@@ -643,7 +719,7 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("controller.listener.names", "kaas has no controllers"),
     ("num.network.threads", "connections run on tokio's runtime, one thread per core"),
     ("num.io.threads", "connections run on tokio's runtime, one thread per core"),
-    ("log.cleaner.enable", "compaction is not implemented yet"),
+    ("log.cleaner.threads", "each partition's owner cleans it, in its own actor"),
 ];
 
 /// Whether a setting's value is a secret (Apache's PASSWORD type): described without its value.

@@ -344,6 +344,7 @@ mod tests {
             max_message_bytes: 1 << 20,
             records: crate::config::RecordPolicy::default(),
             producer_id_expiration_ms: 86_400_000,
+            cleaner: Default::default(),
         };
         let (pid, now) = (1 << 40, 1_767_225_600_000);
         let batch = |seq: i32| make_producer_batch(5, now, pid, 0, seq);
@@ -396,6 +397,147 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir); // allow-nondeterminism: test clean-up
     }
 
+    /// One keyed record, `key` = `value` (a tombstone for `None`), outside any producer's state.
+    fn keyed(key: &str, value: Option<&str>, timestamp: i64) -> Bytes {
+        use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+        let record = Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp,
+            key: Some(Bytes::from(key.to_string())),
+            value: value.map(|v| Bytes::from(v.to_string())),
+            headers: Default::default(),
+            delete_horizon: false,
+        };
+        let mut buf = bytes::BytesMut::new();
+        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+        RecordBatchEncoder::encode(&mut buf, &[record], &options).unwrap();
+        buf.freeze()
+    }
+
+    /// Every record from offset 0: (offset, key, value).
+    async fn read_all(partition: &PartitionHandle) -> Vec<(i64, String, Option<String>)> {
+        use kafka_protocol::records::RecordBatchDecoder;
+        let mut out = Vec::new();
+        let mut offset = 0;
+        loop {
+            let read = partition.read(offset, 1 << 20, Isolation::ReadUncommitted).await.unwrap();
+            if read.records.is_empty() {
+                return out;
+            }
+            let mut raw = read.records.clone();
+            while !raw.is_empty() {
+                let set = RecordBatchDecoder::decode(&mut raw).unwrap();
+                for r in set.records {
+                    let text = |b: Option<Bytes>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
+                    offset = r.offset + 1;
+                    out.push((r.offset, text(r.key).unwrap(), text(r.value)));
+                }
+            }
+        }
+    }
+
+    /// A compacted partition is cleaned by its owner while it serves: each key's last value
+    /// stays at its offset, older values go, the active segment is untouched, and what a
+    /// reopened log reads is the same.
+    #[tokio::test]
+    async fn a_compacted_partition_keeps_each_keys_last_value() {
+        let dir = std::env::temp_dir().join(format!("kaas-clean-{:x}", crate::env::Rng::next_u64(&RealRng::default())));
+        let env = RealEnv::new(&dir);
+        let log = LogConfig {
+            segment_bytes: 300,
+            cleanup: crate::config::CleanupPolicy { delete: false, compact: true },
+            compaction: crate::config::Compaction { min_cleanable_dirty_ratio: 0.0, ..Default::default() },
+            retention_ms: 1,
+            ..LogConfig::default()
+        };
+        let cleaner = crate::config::CleanerConfig { backoff_ms: 5, ..Default::default() };
+        let settings = PartitionSettings {
+            log,
+            max_message_bytes: 1 << 20,
+            records: crate::config::RecordPolicy { compacted: true, ..Default::default() },
+            producer_id_expiration_ms: 86_400_000,
+            cleaner,
+        };
+        let (data_version, _) = watch::channel(0);
+        let view = ClusterView::standalone(0, crate::env::Clock::monotonic(env.clock()));
+        let (_cluster, cluster_rx) = watch::channel(Arc::new(view));
+        let (dead_letters, _) = mpsc::unbounded_channel();
+        let links = |data_version, cluster| Links {
+            data_version,
+            cluster,
+            dead_letters: dead_letters.clone(),
+            log_metrics: Default::default(),
+        };
+        let key = || ("c".to_string(), 0);
+        let partition =
+            start(&env, key(), "c-0".into(), [8; 16], settings, links(data_version.clone(), cluster_rx.clone())).await;
+        partition.own(Claimed { epoch: 1, takeover: false }, 0).await.unwrap();
+        let now = crate::env::Clock::now_ms(env.clock());
+        let (mut last, mut written) = (BTreeMap::new(), Vec::new());
+        for i in 0..60 {
+            let (k, v) = (format!("k{}", i % 5), format!("v{i}"));
+            // The cleaner runs meanwhile: between appends, when a turn is due.
+            let offset = produce(&partition, keyed(&k, Some(&v), now)).await.unwrap();
+            assert_eq!(offset, i as i64);
+            written.push((offset, k.clone(), Some(v.clone())));
+            last.insert(k, (offset, v));
+        }
+        // What a caught-up cleaner leaves with the active segment at `active`: below it, each
+        // key's last record below it (a newer value in the active segment is not yet seen);
+        // the active segment whole.
+        let model = |active: i64| -> Vec<(i64, String, Option<String>)> {
+            let below = written.iter().filter(|r| r.0 < active);
+            let last_below: BTreeMap<_, _> = below.map(|r| (r.1.clone(), r.0)).collect();
+            written.iter().filter(|r| r.0 >= active || last_below[&r.1] == r.0).cloned().collect()
+        };
+        // Four 73-byte batches fill a 300-byte segment: the active one starts at 56.
+        let caught_up = |kept: &Vec<_>| model(56) == *kept;
+        let mut kept = Vec::new();
+        for _ in 0..300 {
+            kept = read_all(&partition).await;
+            // Every record kept is the one written at its offset, and each key's last is there.
+            for record in &kept {
+                assert_eq!(&written[record.0 as usize], record, "a kept record is unchanged at its offset");
+            }
+            for (k, (offset, v)) in &last {
+                assert!(kept.contains(&(*offset, k.clone(), Some(v.clone()))), "{k}'s last value {v} at {offset}");
+            }
+            if caught_up(&kept) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(caught_up(&kept), "cleaned down to each key's last value below the active segment: {kept:?}");
+        assert_eq!(kept.len(), 9, "offsets 51..=54 stay: their keys' newer values are in the active segment");
+        // Retention does not apply to a compact-only topic, however short.
+        partition.enforce_retention().await;
+        assert_eq!(partition.watermarks().log_start_offset, 0);
+        // Reopened (no clean stop) by a new owner: the log reads the same, and once the old
+        // active segment is closed (a take-over rolls) it is cleaned too.
+        drop(partition);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let partition = start(&env, key(), "c-0".into(), [8; 16], settings, links(data_version, cluster_rx)).await;
+        partition.own(Claimed { epoch: 2, takeover: true }, 0).await.unwrap();
+        let mut again = Vec::new();
+        for _ in 0..300 {
+            again = read_all(&partition).await;
+            assert!(again.iter().all(|r| kept.contains(r)), "nothing comes back: {again:?}");
+            if again == model(60) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(again, written[55..]);
+        let _ = std::fs::remove_dir_all(dir); // allow-nondeterminism: test clean-up
+    }
+
     /// A ShareFetch is sent the batches it acquired records of, not the read around them, and
     /// an acquisition reads on, across segments, until its records are taken.
     #[tokio::test]
@@ -409,6 +551,7 @@ mod tests {
             max_message_bytes: 1 << 20,
             records: crate::config::RecordPolicy::default(),
             producer_id_expiration_ms: 86_400_000,
+            cleaner: Default::default(),
         };
         let (data_version, _) = watch::channel(0);
         let view = ClusterView::standalone(0, crate::env::Clock::monotonic(env.clock()));

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod clean;
 mod share;
 
 use super::state::{self, Admit, LogEnds, PartitionState};
@@ -75,6 +76,9 @@ pub(super) struct PartitionActor<E: Env> {
     dead_letters: crate::partition::share::DeadLetterSender,
     /// Sync durations and group commit sizes, for operators.
     log_metrics: Arc<crate::metrics::LogMetrics>,
+    /// The broker's log cleaner settings, and this log's cleaning (`clean`).
+    cleaner: crate::config::CleanerConfig,
+    cleaning: clean::Cleaning,
 }
 
 /// The file in a partition directory naming the topic it belongs to.
@@ -142,6 +146,8 @@ pub async fn start<E: Env>(
         shares_unsure: Default::default(),
         dead_letters,
         log_metrics,
+        cleaner: settings.cleaner,
+        cleaning: clean::Cleaning::default(),
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
@@ -184,6 +190,7 @@ impl<E: Env> PartitionActor<E> {
             match opened {
                 Ok((log, producers)) => {
                     self.segments_at_snapshot = log.segment_count();
+                    self.cleaning.reset();
                     self.state.apply(state::Event::Opened { producers });
                     self.log = Some(log);
                     self.publish();
@@ -244,9 +251,11 @@ impl<E: Env> PartitionActor<E> {
             // own now and then: readers of the published watermarks (ListOffsets) send none.
             // Share partitions' acquisition locks run out on this actor's timer too.
             let reopen = (self.log.is_none() && self.owned.is_some()).then_some(REOPEN_RETRY_MS);
-            let expiry =
-                self.next_share_expiry_ms().map(|at| at.saturating_sub(self.env.clock().now_ms()).max(0) as u64);
-            let wake_ms = reopen.into_iter().chain(expiry).min();
+            let now_ms = self.env.clock().now_ms();
+            let expiry = self.next_share_expiry_ms().map(|at| at.saturating_sub(now_ms).max(0) as u64);
+            // The log cleaner's next turn.
+            let clean = self.next_clean_ms().map(|at| at.saturating_sub(now_ms).max(0) as u64);
+            let wake_ms = reopen.into_iter().chain(expiry).chain(clean).min();
             let command = match wake_ms {
                 Some(wake_ms) => tokio::select! {
                     biased;
@@ -260,6 +269,7 @@ impl<E: Env> PartitionActor<E> {
                         if self.share_work() {
                             self.finish_group(&mut acks).await;
                         }
+                        self.clean_turn().await;
                         continue;
                     }
                 },
@@ -282,6 +292,9 @@ impl<E: Env> PartitionActor<E> {
                 }
             }
             self.finish_group(&mut acks).await;
+            // A turn of the cleaner between groups when one is due, so a busy mailbox does
+            // not starve it.
+            self.clean_turn().await;
         }
         self.finish_group(&mut acks).await;
         if let Some(log) = self.log.as_mut() {
@@ -546,6 +559,7 @@ impl<E: Env> PartitionActor<E> {
                 self.max_message_bytes = settings.max_message_bytes;
                 self.records = settings.records;
                 self.producer_id_expiration_ms = settings.producer_id_expiration_ms;
+                self.cleaner = settings.cleaner;
                 return;
             }
             command => command,

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::batch::{BatchHeader, HEADER_LEN};
+use super::compact::schedule::SegmentSpan;
 use super::control::Marker;
 use super::records::TimestampAndOffset;
 use super::segment::{self, Segment};
@@ -79,6 +80,22 @@ pub async fn cut_to_durable<V: Volume>(volume: &V, dir: &str, end: DurableEnd) -
         file.truncate(end.len).await?;
     }
     Ok(())
+}
+
+/// A segment's cleaned copy, written and synced beside it, not yet swapped in.
+pub struct StagedCopy<F> {
+    base_offset: i64,
+    epoch: u32,
+    end: i64,
+    headers: Vec<BatchHeader>,
+    file: F,
+}
+
+impl<F> StagedCopy<F> {
+    /// Bytes written for it.
+    pub fn len(&self) -> u64 {
+        self.headers.iter().map(|h| h.total_len() as u64).sum()
+    }
 }
 
 /// Bytes of whole batches read from one segment.
@@ -448,11 +465,21 @@ impl<V: Volume> PartitionLog<V> {
         self.segments.iter().map(|s| s.max_timestamp).max().unwrap_or(-1)
     }
 
-    /// Swaps closed segment `base_offset` for its cleaned copy `batches` (some of its batches, in
-    /// order, offsets unchanged): written beside it, synced, renamed over it (the one atomic
-    /// step: a crash before it leaves the segment whole, and the copy is removed at the next
-    /// open), then indexed. The segment still ends where it ended, whatever was cleaned away.
+    /// Swaps closed segment `base_offset` for its cleaned copy `batches`: `stage_cleaned`, then
+    /// `swap_cleaned` at once (the partition checks its ownership between the two).
     pub async fn replace_segment(&mut self, base_offset: i64, batches: &[Bytes]) -> Result<(), LogError> {
+        let staged = self.stage_cleaned(base_offset, batches).await?;
+        self.swap_cleaned(staged).await
+    }
+
+    /// The cleaned copy `batches` of closed segment `base_offset` (some of its batches, in order,
+    /// offsets unchanged), written beside it and synced. Nothing reads it until `swap_cleaned`;
+    /// a crash before that leaves the segment whole, and the copy is removed at the next open.
+    pub async fn stage_cleaned(
+        &mut self,
+        base_offset: i64,
+        batches: &[Bytes],
+    ) -> Result<StagedCopy<V::File>, LogError> {
         let at = self.segments.iter().position(|s| s.base_offset == base_offset);
         let Some(at) = at.filter(|&at| at + 1 < self.segments.len()) else {
             return Err(LogError::Corrupt(format!("{}: no closed segment at {base_offset} to replace", self.dir)));
@@ -477,6 +504,18 @@ impl<V: Volume> PartitionLog<V> {
             file.append(data.clone()).await?;
         }
         file.sync().await?;
+        Ok(StagedCopy { base_offset, epoch, end, headers, file })
+    }
+
+    /// Renames a staged copy over its segment (the one atomic step), syncs the directory, and
+    /// indexes it. The segment still ends where it ended, whatever was cleaned away.
+    pub async fn swap_cleaned(&mut self, staged: StagedCopy<V::File>) -> Result<(), LogError> {
+        let StagedCopy { base_offset, epoch, end, headers, file } = staged;
+        let at = self.segments.iter().position(|s| s.base_offset == base_offset && s.epoch == epoch);
+        let Some(at) = at.filter(|&at| at + 1 < self.segments.len()) else {
+            return Err(LogError::Corrupt(format!("{}: segment {base_offset} went before its swap", self.dir)));
+        };
+        let copy = join(&self.dir, &segment::cleaned_name(base_offset, epoch));
         let path = join(&self.dir, &segment::log_name(base_offset, epoch));
         self.volume.rename(&copy, &path).await?;
         self.volume.sync_dir(&self.dir).await?;
@@ -495,6 +534,42 @@ impl<V: Volume> PartitionLog<V> {
         self.segments[at] = seg;
         self.check_invariants();
         Ok(())
+    }
+
+    /// Removes a staged copy that will not be swapped in (its owner lost the partition).
+    pub async fn discard_staged(&mut self, staged: StagedCopy<V::File>) {
+        let copy = join(&self.dir, &segment::cleaned_name(staged.base_offset, staged.epoch));
+        drop(staged);
+        if let Err(e) = self.volume.remove_file(&copy).await {
+            tracing::warn!(path = %copy, error = %e, "cannot remove a cleaned copy; the next open will");
+        }
+    }
+
+    /// The closed segments as the cleaner's schedule sees them, oldest first.
+    pub fn segment_spans(&self) -> Vec<SegmentSpan> {
+        let closed = &self.segments[..self.segments.len() - 1];
+        closed
+            .iter()
+            .map(|s| SegmentSpan {
+                base_offset: s.base_offset,
+                next_offset: s.next_offset,
+                size: s.size(),
+                first_timestamp: s.first_timestamp(),
+                max_timestamp: s.max_timestamp,
+            })
+            .collect()
+    }
+
+    /// Rolls the active segment if its first batch is older than `segment.ms`, so that a quiet
+    /// partition's records reach a closed segment (where retention and the cleaner work).
+    pub async fn roll_if_older(&mut self, now_ms: i64) -> Result<bool, LogError> {
+        let active = self.active();
+        let first = active.first_timestamp();
+        if active.size() == 0 || first < 0 || now_ms.saturating_sub(first) <= self.config.segment_ms {
+            return Ok(false);
+        }
+        self.roll().await?;
+        Ok(true)
     }
 
     /// The durable batches of closed segment `base_offset`, whole, in order: what a cleaning
@@ -570,6 +645,11 @@ impl<V: Volume> PartitionLog<V> {
             }
             let oldest = &self.segments[0];
             if oldest.next_offset > stable_end && !crate::mutant!(RetentionPastOpenTransaction) {
+                break;
+            }
+            // A compacted log keeps every key's last record however old (`cleanup.policy`
+            // without `delete`).
+            if !self.config.cleanup.delete {
                 break;
             }
             let expired = self.config.retention_ms >= 0

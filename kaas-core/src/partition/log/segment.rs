@@ -123,6 +123,11 @@ impl<F: VolumeFile> Segment<F> {
         self.file.len()
     }
 
+    /// The first batch's max timestamp (its index's first entry), -1 when empty.
+    pub fn first_timestamp(&self) -> i64 {
+        self.index.first().map_or(-1, |e| e.max_timestamp)
+    }
+
     /// Appends one batch whose base offset is already assigned.
     pub async fn append(&mut self, header: &BatchHeader, data: Bytes, index_interval_bytes: u64) -> io::Result<()> {
         assert_eq!(header.base_offset, self.next_offset, "batches are appended in offset order");
