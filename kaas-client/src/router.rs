@@ -363,6 +363,18 @@ impl Client {
         self.produce_acks(topic, partition, values, timestamp_ms, -1).await
     }
 
+    /// One batch of whole messages (keys, null values), acks=all, to the partition's leader.
+    pub async fn produce_messages(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        messages: &[crate::Message],
+        timestamp_ms: i64,
+    ) -> Outcome<i64> {
+        let route = Route::Leader(topic.to_string(), partition);
+        routed!(self, route, "produce", |c| c.produce_messages(topic, partition, messages, timestamp_ms))
+    }
+
     pub async fn fetch(
         &mut self,
         topic: &str,

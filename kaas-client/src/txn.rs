@@ -22,6 +22,9 @@ use crate::{Member, Message, Outcome, ProducerStamp, WireClient};
 #[derive(Debug, Clone, Default)]
 pub struct Fetched {
     pub records: Vec<(i64, Bytes)>,
+    /// Each record's key, in the order of `records`, and whether its value was null (a
+    /// tombstone): a compacted topic's reader needs both.
+    pub keys: Vec<(Option<Bytes>, bool)>,
     pub next_offset: i64,
     pub high_watermark: i64,
     pub last_stable_offset: i64,
@@ -296,16 +299,23 @@ impl WireClient {
         let mut aborting: BTreeSet<i64> = BTreeSet::new();
         let mut fetched = Fetched {
             records: Vec::new(),
+            keys: Vec::new(),
             next_offset: offset,
             high_watermark: p.high_watermark,
             last_stable_offset: p.last_stable_offset,
         };
         if let Some(mut records) = p.records.clone() {
             while records.has_remaining() {
+                let last = super::batch_last_offset(&records);
                 let Ok(set) = RecordBatchDecoder::decode(&mut records) else {
                     return Outcome::Failed(super::CORRUPT_READ);
                 };
-                let skip_below = super::skipped_below(&set.records, offset);
+                let skip_below = super::skipped_below(last, offset);
+                // A compacted batch may hold nothing at or past the fetch offset: the next
+                // fetch starts after it all the same.
+                if let Some(last) = last.filter(|&l| l >= offset) {
+                    fetched.next_offset = fetched.next_offset.max(last + 1);
+                }
                 for r in set.records {
                     while aborted.front().is_some_and(|&(first, _)| first <= r.offset) {
                         aborting.insert(aborted.pop_front().expect("checked").1);
@@ -318,6 +328,7 @@ impl WireClient {
                         // The key's type: 0 ABORT, 1 COMMIT. Either ends the producer's transaction.
                         aborting.remove(&r.producer_id);
                     } else if !(r.transactional && aborting.contains(&r.producer_id)) {
+                        fetched.keys.push((r.key, r.value.is_none()));
                         fetched.records.push((r.offset, r.value.unwrap_or_default()));
                     }
                 }

@@ -296,6 +296,30 @@ impl WireClient {
         self.produce_acks(topic, partition, values, timestamp_ms, -1).await
     }
 
+    /// Produces one batch of whole messages (keys, null values) with acks=all, outside any
+    /// producer's state.
+    pub async fn produce_messages(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        messages: &[Message],
+        timestamp_ms: i64,
+    ) -> Outcome<i64> {
+        let no_producer = ProducerStamp { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
+        let Ok(request) = produce_messages_request(topic, partition, messages, timestamp_ms, no_producer, -1, None)
+        else {
+            return Outcome::Failed(-1);
+        };
+        match self.call::<_, ProduceResponse>(ApiKey::Produce, 9, &request).await {
+            Err(_) => Outcome::Indefinite,
+            Ok(response) => match response.responses.first().and_then(|t| t.partition_responses.first()) {
+                Some(p) if p.error_code == 0 => Outcome::Ok(p.base_offset),
+                Some(p) => Outcome::Failed(p.error_code),
+                None => Outcome::Failed(-1),
+            },
+        }
+    }
+
     /// Produces one batch with the given acks (-1, 1 or 0). With acks=0 nothing comes back, so
     /// the outcome is always indefinite.
     pub async fn produce_acks(
@@ -474,10 +498,11 @@ impl WireClient {
         let mut out = Vec::new();
         if let Some(mut records) = p.records.clone() {
             while records.has_remaining() {
+                let last = batch_last_offset(&records);
                 let Ok(set) = RecordBatchDecoder::decode(&mut records) else {
                     return Outcome::Failed(-2);
                 };
-                let skip_below = skipped_below(&set.records, offset);
+                let skip_below = skipped_below(last, offset);
                 out.extend(set.records.into_iter().filter(|r| r.offset >= skip_below));
             }
         }
@@ -596,13 +621,23 @@ impl WireClient {
 }
 
 /// The offset below which a batch's records are skipped, as Kafka's consumer skips them: the
-/// batch holding the fetch offset may start before it. A batch wholly below the fetch offset
-/// is not one the broker should have served, so its records are kept, for the checkers to see.
-pub(crate) fn skipped_below(records: &[Record], fetch_offset: i64) -> i64 {
-    match (records.first(), records.last()) {
-        (Some(first), Some(last)) if first.offset <= fetch_offset && fetch_offset <= last.offset => fetch_offset,
+/// batch holding the fetch offset may start before it, and a compacted one may keep none of its
+/// records at or past it (its header still ends where it ended). A batch wholly below the fetch
+/// offset, header and all, is not one the broker should have served, so its records are kept,
+/// for the checkers to see.
+pub(crate) fn skipped_below(batch_last_offset: Option<i64>, fetch_offset: i64) -> i64 {
+    match batch_last_offset {
+        Some(last) if last >= fetch_offset => fetch_offset,
         _ => i64::MIN,
     }
+}
+
+/// The last offset a stored batch's header gives (base offset plus last offset delta), read
+/// before the batch is decoded: its records may end before it once compacted.
+pub(crate) fn batch_last_offset(batch: &Bytes) -> Option<i64> {
+    let base = i64::from_be_bytes(batch.get(0..8)?.try_into().ok()?);
+    let delta = i32::from_be_bytes(batch.get(23..27)?.try_into().ok()?);
+    Some(base + i64::from(delta))
 }
 
 /// A group member's identity in one generation; the default is a standalone consumer.

@@ -125,10 +125,20 @@ pub enum Mutant {
     /// A broker's rescan leaves out the client quotas: a quota set or removed on a peer never
     /// reaches it.
     QuotaRescanSkipped,
+    /// The log cleaner cleans the active segment too: older values of a key still in it go.
+    CleanActiveSegment,
+    /// The log cleaner takes a committed transaction's records for an aborted one's.
+    CleanCommittedAsAborted,
+    /// The log cleaner removes a segment before renaming its cleaned copy in: a crash between
+    /// the two loses the segment.
+    CleanRemovesBeforeSwap,
+    /// The log cleaner reads past the last stable offset: an open transaction's records count
+    /// as newer values, and if it aborts, the value they hid is gone.
+    CleanAboveLso,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 41] = [
+    pub const ALL: [Mutant; 45] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -170,6 +180,10 @@ impl Mutant {
         Mutant::ShareStageEpochUnchecked,
         Mutant::AclRescanSkipped,
         Mutant::QuotaRescanSkipped,
+        Mutant::CleanActiveSegment,
+        Mutant::CleanCommittedAsAborted,
+        Mutant::CleanRemovesBeforeSwap,
+        Mutant::CleanAboveLso,
     ];
 
     pub fn name(self) -> &'static str {
@@ -215,6 +229,10 @@ impl Mutant {
             Mutant::ShareStageEpochUnchecked => "share-stage-epoch-unchecked",
             Mutant::AclRescanSkipped => "acl-rescan-skipped",
             Mutant::QuotaRescanSkipped => "quota-rescan-skipped",
+            Mutant::CleanActiveSegment => "clean-active-segment",
+            Mutant::CleanCommittedAsAborted => "clean-committed-as-aborted",
+            Mutant::CleanRemovesBeforeSwap => "clean-removes-before-swap",
+            Mutant::CleanAboveLso => "clean-above-lso",
         }
     }
 

@@ -44,6 +44,14 @@ pub fn universe() -> Vec<(&'static str, Vec<String>)> {
             _ => cases.push(format!("kip1289 {}", case.name())),
         }
     }
+    let compaction = [
+        "compaction: pass done",
+        "compaction: pass abandoned",
+        "compaction: cleaned copy swapped in",
+        "compaction: cleaned copy discarded, a newer owner may read the log",
+    ]
+    .map(String::from)
+    .to_vec();
     vec![
         ("crash points", crash_points),
         ("BUGGIFY sites", buggify),
@@ -61,6 +69,7 @@ pub fn universe() -> Vec<(&'static str, Vec<String>)> {
             .map(String::from)
             .to_vec(),
         ),
+        ("log compaction", compaction),
     ]
 }
 

@@ -14,6 +14,11 @@ pub struct MutantSpec {
 }
 
 pub const SPECS: &[MutantSpec] = &[
+    MutantSpec { mutant: Mutant::CleanActiveSegment, catches: &["active-segment-cleaned"], scenarios: &["compaction"] },
+    MutantSpec { mutant: Mutant::CleanCommittedAsAborted, catches: &["txn-record-lost"], scenarios: &["compaction"] },
+    // Only a crash at the cleaner's crash point, between the removal and the rename, loses it.
+    MutantSpec { mutant: Mutant::CleanRemovesBeforeSwap, catches: &["last-value-lost"], scenarios: &["compaction"] },
+    MutantSpec { mutant: Mutant::CleanAboveLso, catches: &["cleaned-above-lso"], scenarios: &["compaction"] },
     MutantSpec { mutant: Mutant::AckBeforeFsync, catches: &["lost-write"], scenarios: &["smoke", "idempotence"] },
     // Only smoke's padded values make batches span several disk blocks, so that a torn write
     // can keep a batch's header and lose part of its body.

@@ -10,6 +10,7 @@
 //! client answered a retriable code for a request that could never succeed).
 
 pub mod commits;
+pub mod compaction;
 pub mod consumers;
 pub mod copier;
 pub mod groups;

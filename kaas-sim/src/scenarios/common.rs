@@ -35,7 +35,12 @@ pub struct CrashPoint {
 /// Every crash point of the broker a world may arm.
 pub fn crash_point_sites() -> impl Iterator<Item = &'static str> {
     let cluster = kaas_core::txn::marker_queue::CRASH_POINTS.into_iter();
-    kaas_core::txn::coordinator::CRASH_POINTS.into_iter().chain(cluster).chain(["topics.before_partition_removal"])
+    let cleaner = kaas_core::partition::log::compact::CRASH_POINTS.into_iter();
+    kaas_core::txn::coordinator::CRASH_POINTS
+        .into_iter()
+        .chain(cluster)
+        .chain(["topics.before_partition_removal"])
+        .chain(cleaner)
 }
 
 /// The part of a world every scenario has.

@@ -6,6 +6,7 @@
 pub mod acls;
 pub mod cluster;
 pub mod common;
+pub mod compaction;
 pub mod copier;
 pub mod groups;
 pub mod idempotence;
@@ -184,6 +185,10 @@ pub const ALL: &[Scenario] = &[
     scenario::<quotas::QuotaPropagation>(
         "quota-propagation",
         "a client quota set and removed through any broker while brokers crash, pause and lose the volume: described (and enforced) everywhere within its bound",
+    ),
+    scenario::<compaction::Compaction>(
+        "compaction",
+        "keyed transactional and plain producers on a compacted topic, 1 or 3-5 brokers; crashes mid-clean, pauses, ownership moves",
     ),
     scenario::<topics::TopicChurn>(
         "topic-churn",

@@ -111,6 +111,8 @@ pub struct Producer {
     pub acked_in: BTreeSet<i32>,
     /// Transactions v2 (KIP-890 part 2).
     pub tv2: bool,
+    /// Values carry their record's key (`message_of`): a compacted topic's producer.
+    pub keyed: bool,
     world: Shared,
     txns: SharedTxns,
     /// The attempt being recorded, as an index into the attempts.
@@ -138,6 +140,7 @@ impl Producer {
             sequences: BTreeMap::new(),
             acked_in: BTreeSet::new(),
             tv2: false,
+            keyed: false,
             world: world.clone(),
             txns: txns.clone(),
             attempt: None,
@@ -265,7 +268,13 @@ impl Producer {
         let Held { attempt, partition, values, stamp } = held;
         let topic = self.topic.clone();
         let (id, tv2) = (self.transactional_id.clone(), self.tv2);
-        let outcome = self.client.produce_txn(&id, &topic, partition, &values, now_ms(), stamp, tv2).await;
+        let outcome = match self.keyed {
+            true => {
+                let messages: Vec<_> = values.iter().map(message_of).collect();
+                self.client.produce_txn_messages(&id, &topic, partition, &messages, now_ms(), stamp, tv2).await
+            }
+            false => self.client.produce_txn(&id, &topic, partition, &values, now_ms(), stamp, tv2).await,
+        };
         let ids = (stamp.producer_id, stamp.producer_epoch);
         let detail = serde_json::json!({"partition": partition, "ids": ids, "base_sequence": stamp.base_sequence});
         let answered = self.record("produce-txn", &outcome, detail);
@@ -352,6 +361,19 @@ pub struct Held {
     pub partition: i32,
     values: Vec<Bytes>,
     stamp: ProducerStamp,
+}
+
+/// The record a keyed value stands for: `KEY|id` is a value of key `KEY`, `KEY|id|del` its
+/// tombstone (a null value; the id stays in the attempt, for the checker).
+pub fn message_of(value: &Bytes) -> crate::client::Message {
+    let text = String::from_utf8_lossy(value);
+    let key = text.split('|').next().unwrap_or_default().to_string();
+    let tombstone = text.ends_with("|del");
+    crate::client::Message {
+        key: Some(Bytes::from(key)),
+        value: (!tombstone).then(|| value.clone()),
+        headers: Vec::new(),
+    }
 }
 
 pub fn values_of(name: &str, partition: i32, batch: usize, records: usize) -> Vec<Bytes> {

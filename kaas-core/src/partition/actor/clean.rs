@@ -20,6 +20,7 @@ use crate::config::CleanerConfig;
 use crate::env::{Clock, Env};
 use crate::partition::log::compact::schedule::{self, Cleanable};
 use crate::partition::log::compact::{Cleaner, MapBuilder};
+use crate::reach;
 
 /// The cleaner's part of the actor.
 #[derive(Default)]
@@ -94,12 +95,14 @@ impl<E: Env> PartitionActor<E> {
         match self.clean_step(&mut pass, phase).await {
             Ok(Next::Phase(phase)) => self.cleaning.pass = Some((pass, phase)),
             Ok(Next::Done { first_dirty }) => {
+                reach("compaction: pass done");
                 tracing::info!(dir = %self.dir, from = pass.plan.first_dirty, to = first_dirty,
                     bytes = pass.bytes, "log cleaned");
                 self.cleaning.first_dirty = first_dirty;
                 self.cleaning.next_check_ms = now_ms + self.cleaner.backoff_ms as i64;
             }
             Err(why) => {
+                reach("compaction: pass abandoned");
                 tracing::warn!(dir = %self.dir, reason = %why, "log cleaning pass abandoned");
                 self.cleaning.next_check_ms = now_ms + self.cleaner.backoff_ms as i64;
             }
@@ -120,7 +123,7 @@ impl<E: Env> PartitionActor<E> {
             &log.segment_spans(),
             log.log_start_offset(),
             self.cleaning.first_dirty,
-            watermarks.last_stable_offset,
+            if crate::mutant!(CleanAboveLso) { i64::MAX } else { watermarks.last_stable_offset },
             now_ms,
             &self.config.compaction,
         )?;
@@ -182,6 +185,9 @@ impl<E: Env> PartitionActor<E> {
         let log = self.log.as_mut().ok_or("the log closed")?;
         let staged = log.stage_cleaned(base_offset, cleaned).await.map_err(|e| e.to_string())?;
         pass.bytes += staged.len();
+        if crate::crash_point!("log.clean_before_swap") {
+            crate::park_for_crash().await;
+        }
         let epoch = self.owned.ok_or("no longer owned")?.claimed.epoch;
         let key = partition_key(&self.key.0, self.key.1);
         let superseded = claims::superseded(self.env.volume(), Kind::Partition, &key, epoch).await;
@@ -189,10 +195,21 @@ impl<E: Env> PartitionActor<E> {
         let still_owner = !superseded && self.lease_ok();
         let log = self.log.as_mut().ok_or("the log closed")?;
         if !still_owner {
+            reach("compaction: cleaned copy discarded, a newer owner may read the log");
             log.discard_staged(staged).await;
             return Err(format!("a newer owner than epoch {epoch} may be reading the log"));
         }
-        log.swap_cleaned(staged).await.map_err(|e| e.to_string())
+        if let Err(e) = log.swap_cleaned(staged).await {
+            // The rename may have happened: the segment this log has open may no longer be the
+            // file on the volume. The log is read again from the volume (everything in it is
+            // durable: a turn runs between group commits), as after a failed write.
+            self.log = None;
+            self.state.apply(crate::partition::state::Event::Failed);
+            self.watermarks.send_modify(|w| w.online = false);
+            return Err(format!("{e}; the log is opened again"));
+        }
+        reach("compaction: cleaned copy swapped in");
+        Ok(())
     }
 
     /// The map is complete: cleaning starts at the log's start.

@@ -177,16 +177,22 @@ impl<V: Volume> PartitionLog<V> {
             let file = segment::open_file(&volume, dir, base, epoch).await?;
             let mut seg = Segment::new_loaded(base, epoch, file);
             let seal = seals.iter().filter(|&&(b, e, by)| b == base && e == epoch && by > epoch).map(|s| s.2).max();
+            let mut sealed = false;
             if let Some(by) = seal {
-                let raw = volume.read(&join(dir, &segment::seal_name(base, epoch, by))).await?;
-                if !raw.is_some_and(|raw| seg.load_index(&raw, true)) {
-                    return Err(LogError::Corrupt(format!(
-                        "{dir}/{}: unreadable seal",
-                        segment::seal_name(base, epoch, by)
-                    )));
+                let name = segment::seal_name(base, epoch, by);
+                let raw = volume.read(&join(dir, &name)).await?;
+                sealed = raw.as_ref().is_some_and(|raw| seg.load_index(raw, true));
+                // A seal covering more than the file is a cleaned copy's, swapped in (holding
+                // only what the seal covered) before the seal was removed: read as unsealed.
+                // An old owner's late bytes only ever make a file longer than its seal.
+                let cleaned = raw.as_deref().and_then(segment::indexed_len).is_some_and(|len| len > seg.size());
+                let read_unsealed = cleaned && i != last;
+                if !sealed && !read_unsealed {
+                    return Err(LogError::Corrupt(format!("{dir}/{name}: unreadable seal")));
                 }
-                last_sealed = i == last;
-            } else {
+                last_sealed = sealed && i == last;
+            }
+            if !sealed {
                 let index = volume.read(&join(dir, &segment::index_name(base, epoch))).await?;
                 let trusted = i != last && index.is_some_and(|raw| seg.load_index(&raw, false));
                 if !trusted {
@@ -481,7 +487,7 @@ impl<V: Volume> PartitionLog<V> {
         batches: &[Bytes],
     ) -> Result<StagedCopy<V::File>, LogError> {
         let at = self.segments.iter().position(|s| s.base_offset == base_offset);
-        let Some(at) = at.filter(|&at| at + 1 < self.segments.len()) else {
+        let Some(at) = at.filter(|&at| self.cleanable(at)) else {
             return Err(LogError::Corrupt(format!("{}: no closed segment at {base_offset} to replace", self.dir)));
         };
         let (epoch, end) = (self.segments[at].epoch, self.segments[at].next_offset);
@@ -504,6 +510,10 @@ impl<V: Volume> PartitionLog<V> {
             file.append(data.clone()).await?;
         }
         file.sync().await?;
+        if crate::mutant!(CleanRemovesBeforeSwap) {
+            self.volume.remove_file(&join(&self.dir, &segment::log_name(base_offset, epoch))).await?;
+            self.volume.sync_dir(&self.dir).await?;
+        }
         Ok(StagedCopy { base_offset, epoch, end, headers, file })
     }
 
@@ -512,7 +522,7 @@ impl<V: Volume> PartitionLog<V> {
     pub async fn swap_cleaned(&mut self, staged: StagedCopy<V::File>) -> Result<(), LogError> {
         let StagedCopy { base_offset, epoch, end, headers, file } = staged;
         let at = self.segments.iter().position(|s| s.base_offset == base_offset && s.epoch == epoch);
-        let Some(at) = at.filter(|&at| at + 1 < self.segments.len()) else {
+        let Some(at) = at.filter(|&at| self.cleanable(at)) else {
             return Err(LogError::Corrupt(format!("{}: segment {base_offset} went before its swap", self.dir)));
         };
         let copy = join(&self.dir, &segment::cleaned_name(base_offset, epoch));
@@ -531,6 +541,14 @@ impl<V: Volume> PartitionLog<V> {
         seg.next_offset = end;
         let index = join(&self.dir, &segment::index_name(base_offset, epoch));
         self.volume.write_atomic(&index, seg.encode_index()).await?;
+        // A take-over's seal described the file before it was cleaned; the copy holds only what
+        // the seal covered, so it goes (`open` reads a seal longer than its file as this).
+        // A seal a listing misses stays, and is read so.
+        for name in self.volume.list(&self.dir).await? {
+            if segment::parse_seal_name(&name).is_some_and(|(b, e, _)| b == base_offset && e == epoch) {
+                self.volume.remove_file(&join(&self.dir, &name)).await?;
+            }
+        }
         self.segments[at] = seg;
         self.check_invariants();
         Ok(())
@@ -545,9 +563,18 @@ impl<V: Volume> PartitionLog<V> {
         }
     }
 
+    /// Whether the cleaner may replace the `at`th segment: a closed one.
+    fn cleanable(&self, at: usize) -> bool {
+        at + 1 < self.segments.len() || (crate::mutant!(CleanActiveSegment) && at < self.segments.len())
+    }
+
     /// The closed segments as the cleaner's schedule sees them, oldest first.
     pub fn segment_spans(&self) -> Vec<SegmentSpan> {
-        let closed = &self.segments[..self.segments.len() - 1];
+        let closed = if crate::mutant!(CleanActiveSegment) {
+            &self.segments[..]
+        } else {
+            &self.segments[..self.segments.len() - 1]
+        };
         closed
             .iter()
             .map(|s| SegmentSpan {

@@ -285,6 +285,11 @@ impl<F: VolumeFile> Segment<F> {
     }
 }
 
+/// The bytes an intact index (or seal) says its segment holds.
+pub fn indexed_len(raw: &[u8]) -> Option<u64> {
+    decode_index(raw).map(|d| d.size)
+}
+
 struct DecodedIndex {
     size: u64,
     next_offset: i64,

@@ -2,8 +2,9 @@
 //! last of its key the offset map knows (or newer than anything the map saw), unless it is a
 //! tombstone past the delete horizon; a record without a key goes (a compacted topic never took
 //! one; one from before the topic was compacted is invalid there). An aborted transaction's batch
-//! goes whole; a marker goes once it is removable and past the horizon. A producer's last batch
-//! stays at least as its header, so its last sequence (the dedupe window) survives.
+//! goes whole; a marker goes once it is removable and past the horizon (an abort marker never is:
+//! `txn.rs`). A producer's last batch stays at least as its header, so its last sequence (the
+//! dedupe window) survives.
 
 use bytes::Bytes;
 

@@ -16,6 +16,10 @@
 //!
 //! The I/O (segments swapped in by atomic renames, under the owner's epoch) is the partition's.
 
+/// The crash points of a cleaning pass (the partition actor's): between a cleaned copy's sync
+/// and its rename.
+pub const CRASH_POINTS: [&str; 1] = ["log.clean_before_swap"];
+
 pub mod filter;
 pub mod offset_map;
 pub mod raw;

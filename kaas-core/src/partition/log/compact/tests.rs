@@ -96,15 +96,25 @@ fn random_log(seed: u64) -> Log {
 }
 
 /// What a read_committed reader finds: each key's last (offset, value), tombstones included.
+/// It reads as Kafka's consumers read: given the partition's aborted index, a producer's
+/// transactional batches are skipped from its aborted transaction's first offset until the
+/// producer's next control batch (so a marker cleaned away while its index entry stays would
+/// hide the producer's later, committed, transactions).
 fn committed_view(batches: &[(BatchHeader, Bytes)], aborted: &[AbortedTxn]) -> BTreeMap<Bytes, (i64, Option<Bytes>)> {
     let mut view = BTreeMap::new();
+    let mut index: Vec<&AbortedTxn> = aborted.iter().collect();
+    index.sort_by_key(|t| t.first_offset);
+    let mut index = index.into_iter().peekable();
+    let mut aborting = std::collections::BTreeSet::new();
     for (header, data) in batches {
-        let in_aborted = aborted.iter().any(|t| {
-            t.producer_id == header.producer_id
-                && t.first_offset <= header.base_offset
-                && header.base_offset < t.last_offset
-        });
-        if header.is_control() || (header.is_transactional() && in_aborted) {
+        while let Some(t) = index.next_if(|t| t.first_offset <= header.last_offset()) {
+            aborting.insert(t.producer_id);
+        }
+        if header.is_control() {
+            aborting.remove(&header.producer_id);
+            continue;
+        }
+        if header.is_transactional() && aborting.contains(&header.producer_id) {
             continue;
         }
         for r in raw::records(header, data).unwrap() {

@@ -1,8 +1,9 @@
 //! What a batch is to the cleaner with transactions in the log, read in offset order (Apache's
 //! CleanedTransactionMetadata): an aborted transaction's records are dropped, a committed one's
-//! are cleaned like any others, and a marker stays while any batch of its transaction is left in
-//! the log; once none is, it may go too, but only past the delete horizon (a consumer that read
-//! the transaction's records must still find its end).
+//! are cleaned like any others, and a commit marker stays while any batch of its transaction is
+//! left in the log; once none is, it may go too, but only past the delete horizon (a consumer
+//! that read the transaction's records must still find its end). An abort marker stays for good:
+//! the aborted index still names its transaction.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -54,10 +55,12 @@ impl TxnTracker {
         if header.is_control() {
             return match marker {
                 Some(Marker::Abort) => {
-                    // Kept while this pass drops its records (a reader that already fetched them
-                    // must still learn they were aborted).
-                    let seen = self.ongoing_aborted.remove(&producer).is_some_and(|(_, seen)| seen);
-                    BatchFate::Marker { removable: !seen }
+                    // Kept, always: the partition's aborted index still names its transaction,
+                    // and a read_committed reader given that entry skips the producer's
+                    // transactional records until it meets this marker. Apache drops the entry
+                    // with the marker; kaas keeps both, a batch per aborted transaction.
+                    self.ongoing_aborted.remove(&producer);
+                    BatchFate::Marker { removable: false }
                 }
                 Some(Marker::Commit) => BatchFate::Marker { removable: !self.ongoing_committed.remove(&producer) },
                 // A control batch the cleaner does not know: kept.
@@ -69,6 +72,9 @@ impl TxnTracker {
         }
         if let Some((_, seen)) = self.ongoing_aborted.get_mut(&producer) {
             *seen = true;
+            return BatchFate::Aborted;
+        }
+        if crate::mutant!(CleanCommittedAsAborted) {
             return BatchFate::Aborted;
         }
         self.ongoing_committed.insert(producer);
@@ -119,7 +125,8 @@ mod tests {
         // An earlier pass dropped the aborted records at 0 and the committed ones at 1.
         let aborted = vec![AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 2 }];
         let mut t = TxnTracker::new(aborted);
-        assert_eq!(t.on_batch(&header(2, 1, true, true), Some(Marker::Abort)), BatchFate::Marker { removable: true });
+        let abort = t.on_batch(&header(2, 1, true, true), Some(Marker::Abort));
+        assert_eq!(abort, BatchFate::Marker { removable: false }, "an abort marker stays for its index entry");
         assert_eq!(t.on_batch(&header(3, 2, true, true), Some(Marker::Commit)), BatchFate::Marker { removable: true });
         assert_eq!(t.on_batch(&header(4, 2, true, true), None), BatchFate::Marker { removable: false }, "unknown kept");
     }
