@@ -85,11 +85,21 @@ async fn an_operator_sees_owners_offsets_lag_transactions_producers_users_and_le
         .unwrap()
     };
 
-    // The cluster: three brokers; every partition owned, at an epoch the owner tells.
-    let cluster = admin(&one, &["cluster"]).unwrap();
+    // The cluster: three brokers; every partition owned, at an epoch the owner tells. Ownership
+    // still moves for a moment after the third broker joins (a partition handed over has no
+    // owner until its new one claims it): what is checked is the settled cluster.
+    let owned = |cluster: &Value| {
+        rows(cluster, "partitions").len() == 6
+            && rows(cluster, "partitions").iter().all(|p| p["epoch"].as_i64().is_some_and(|e| e >= 1))
+    };
+    let settled = Instant::now() + Duration::from_secs(30);
+    let mut cluster = admin(&one, &["cluster"]).unwrap();
+    while !owned(&cluster) && Instant::now() < settled {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cluster = admin(&one, &["cluster"]).unwrap();
+    }
     assert_eq!(rows(&cluster, "brokers").len(), 3, "{cluster}");
-    assert_eq!(rows(&cluster, "partitions").len(), 6, "{cluster}");
-    assert!(rows(&cluster, "partitions").iter().all(|p| p["epoch"].as_i64().is_some_and(|e| e >= 1)), "{cluster}");
+    assert!(owned(&cluster), "{cluster}");
 
     // Topics: offsets from each owner; the open transaction holds orders-1's LSO back.
     let topics = admin(&one, &["topics", "describe", "events", "orders"]).unwrap();
@@ -110,7 +120,14 @@ async fn an_operator_sees_owners_offsets_lag_transactions_producers_users_and_le
     let producers = admin(&one, &["producers", "--topic", "orders", "--partition", "1"]).unwrap();
     let stuck_producer = rows(&producers, "producers")[0]["producer_id"].clone();
     assert_eq!(rows(&producers, "producers")[0]["txn_start_offset"], 0, "{producers}");
-    let txns = admin(&one, &["transactions", "list"]).unwrap();
+    // A transaction slot being handed over is listed by no broker for that moment (noted in
+    // issue 24's note: Apache answers COORDINATOR_LOAD_IN_PROGRESS there).
+    let listed = |txns: &Value| rows(txns, "transactions").iter().any(|t| t["transactional_id"] == "stuck");
+    let mut txns = admin(&one, &["transactions", "list"]).unwrap();
+    while !listed(&txns) && Instant::now() < settled {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        txns = admin(&one, &["transactions", "list"]).unwrap();
+    }
     let stuck = row(&txns, "transactions", &[("transactional_id", "stuck".into())]);
     assert_eq!((stuck["state"].as_str(), &stuck["producer_id"]), (Some("Ongoing"), &stuck_producer));
     admin(&one, &["transactions", "abort", "--transactional-id", "stuck"]).unwrap();
