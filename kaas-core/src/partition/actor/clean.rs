@@ -86,10 +86,7 @@ impl<E: Env> PartitionActor<E> {
             Some(under_way) => under_way,
             None => match self.start_pass(now_ms).await {
                 Some(started) => started,
-                None => {
-                    self.cleaning.next_check_ms = now_ms + self.cleaner.backoff_ms as i64;
-                    return;
-                }
+                None => return self.look_again_later(now_ms),
             },
         };
         match self.clean_step(&mut pass, phase).await {
@@ -99,14 +96,19 @@ impl<E: Env> PartitionActor<E> {
                 tracing::info!(dir = %self.dir, from = pass.plan.first_dirty, to = first_dirty,
                     bytes = pass.bytes, "log cleaned");
                 self.cleaning.first_dirty = first_dirty;
-                self.cleaning.next_check_ms = now_ms + self.cleaner.backoff_ms as i64;
+                self.look_again_later(now_ms);
             }
             Err(why) => {
                 reach("compaction: pass abandoned");
                 tracing::warn!(dir = %self.dir, reason = %why, "log cleaning pass abandoned");
-                self.cleaning.next_check_ms = now_ms + self.cleaner.backoff_ms as i64;
+                self.look_again_later(now_ms);
             }
         }
+    }
+
+    /// No pass under way: the schedule is asked again after `log.cleaner.backoff.ms`.
+    fn look_again_later(&mut self, now_ms: i64) {
+        self.cleaning.next_check_ms = now_ms + self.cleaner.backoff_ms as i64;
     }
 
     /// A pass, if the schedule says the log needs one.
@@ -139,8 +141,7 @@ impl<E: Env> PartitionActor<E> {
         let log = self.log.as_ref().ok_or("the log closed")?;
         match phase {
             Phase::Mapping { mut builder, from } => {
-                let span = log.segment_spans().into_iter().find(|s| s.next_offset > from);
-                let Some(span) = span.filter(|s| s.base_offset < pass.plan.end) else {
+                let Some(span) = log.closed_segment_holding(from).filter(|s| s.base_offset < pass.plan.end) else {
                     return self.map_done(pass, builder);
                 };
                 let batches = log.segment_batches(span.base_offset).await.map_err(|e| e.to_string())?;
@@ -154,8 +155,7 @@ impl<E: Env> PartitionActor<E> {
             }
             Phase::Cleaning { mut cleaner, from } => {
                 let end = cleaner.end();
-                let span = log.segment_spans().into_iter().find(|s| s.next_offset > from);
-                let Some(span) = span.filter(|s| s.base_offset < end) else {
+                let Some(span) = log.closed_segment_holding(from).filter(|s| s.base_offset < end) else {
                     return Ok(Next::Done { first_dirty: end });
                 };
                 let batches = log.segment_batches(span.base_offset).await.map_err(|e| e.to_string())?;
@@ -168,8 +168,8 @@ impl<E: Env> PartitionActor<E> {
                     .collect();
                 let cleaned = cleaner.clean(batches.iter().map(|(h, d)| (h, d)), &producers_last)?;
                 let next = Next::Phase(Phase::Cleaning { cleaner, from: span.next_offset });
-                let size = |all: &mut dyn Iterator<Item = usize>| all.sum::<usize>();
-                if size(&mut cleaned.iter().map(|b| b.len())) == size(&mut batches.iter().map(|(_, d)| d.len())) {
+                let bytes_before: usize = batches.iter().map(|(_, d)| d.len()).sum();
+                if cleaned.iter().map(|b| b.len()).sum::<usize>() == bytes_before {
                     // Nothing went: no copy to write.
                     return Ok(next);
                 }
@@ -203,9 +203,7 @@ impl<E: Env> PartitionActor<E> {
             // The rename may have happened: the segment this log has open may no longer be the
             // file on the volume. The log is read again from the volume (everything in it is
             // durable: a turn runs between group commits), as after a failed write.
-            self.log = None;
-            self.state.apply(crate::partition::state::Event::Failed);
-            self.watermarks.send_modify(|w| w.online = false);
+            self.drop_log();
             return Err(format!("{e}; the log is opened again"));
         }
         reach("compaction: cleaned copy swapped in");

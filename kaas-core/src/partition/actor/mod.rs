@@ -385,12 +385,18 @@ impl<E: Env> PartitionActor<E> {
             assert!(self.cut_before_open.is_none(), "an open log has no cut pending");
             self.cut_before_open = Some(log.durable_end());
         }
-        self.log = None;
-        self.state.apply(state::Event::Failed);
-        self.watermarks.send_modify(|w| w.online = false);
+        self.drop_log();
         // At once, not at the reopen: a process that exits first must not leave the bytes of
         // a failed sync for the next one to read back and trust.
         self.cut_pending().await;
+    }
+
+    /// Closes the log after a failure: it is read again from the volume at the next command
+    /// (or the reopen timer), and serves nothing meanwhile.
+    fn drop_log(&mut self) {
+        self.log = None;
+        self.state.apply(state::Event::Failed);
+        self.watermarks.send_modify(|w| w.online = false);
     }
 
     /// Cuts the log back to its durable end if a failure left a cut pending.

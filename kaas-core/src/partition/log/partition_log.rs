@@ -472,7 +472,8 @@ impl<V: Volume> PartitionLog<V> {
     }
 
     /// Swaps closed segment `base_offset` for its cleaned copy `batches`: `stage_cleaned`, then
-    /// `swap_cleaned` at once (the partition checks its ownership between the two).
+    /// `swap_cleaned` at once (the partition actor checks its ownership between the two).
+    #[cfg(test)]
     pub async fn replace_segment(&mut self, base_offset: i64, batches: &[Bytes]) -> Result<(), LogError> {
         let staged = self.stage_cleaned(base_offset, batches).await?;
         self.swap_cleaned(staged).await
@@ -568,23 +569,34 @@ impl<V: Volume> PartitionLog<V> {
         at + 1 < self.segments.len() || (crate::mutant!(CleanActiveSegment) && at < self.segments.len())
     }
 
+    /// The segments the cleaner may clean: the closed ones.
+    fn closed(&self) -> &[Segment<V::File>] {
+        match crate::mutant!(CleanActiveSegment) {
+            true => &self.segments[..],
+            false => &self.segments[..self.segments.len() - 1],
+        }
+    }
+
+    fn span(s: &Segment<V::File>) -> SegmentSpan {
+        SegmentSpan {
+            base_offset: s.base_offset,
+            next_offset: s.next_offset,
+            size: s.size(),
+            first_timestamp: s.first_timestamp(),
+            max_timestamp: s.max_timestamp,
+        }
+    }
+
     /// The closed segments as the cleaner's schedule sees them, oldest first.
     pub fn segment_spans(&self) -> Vec<SegmentSpan> {
-        let closed = if crate::mutant!(CleanActiveSegment) {
-            &self.segments[..]
-        } else {
-            &self.segments[..self.segments.len() - 1]
-        };
-        closed
-            .iter()
-            .map(|s| SegmentSpan {
-                base_offset: s.base_offset,
-                next_offset: s.next_offset,
-                size: s.size(),
-                first_timestamp: s.first_timestamp(),
-                max_timestamp: s.max_timestamp,
-            })
-            .collect()
+        self.closed().iter().map(Self::span).collect()
+    }
+
+    /// The closed segment holding `offset`, or the first after it.
+    pub fn closed_segment_holding(&self, offset: i64) -> Option<SegmentSpan> {
+        let closed = self.closed();
+        let at = closed.partition_point(|s| s.next_offset <= offset);
+        closed.get(at).map(Self::span)
     }
 
     /// Rolls the active segment if its first batch is older than `segment.ms`, so that a quiet
@@ -615,11 +627,6 @@ impl<V: Volume> PartitionLog<V> {
             at += header.total_len();
         }
         Ok(out)
-    }
-
-    /// The base offsets of the closed segments (every one but the active), oldest first.
-    pub fn closed_segments(&self) -> Vec<i64> {
-        self.segments[..self.segments.len() - 1].iter().map(|s| s.base_offset).collect()
     }
 
     /// Moves the log start offset forward (DeleteRecords). `offset` -1 means the high watermark.
@@ -939,7 +946,7 @@ mod corruption_tests {
         let volume = scratch();
         filled(&volume).await;
         let mut log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap();
-        let closed = log.closed_segments();
+        let closed: Vec<i64> = log.segment_spans().iter().map(|s| s.base_offset).collect();
         assert!(closed.len() >= 3, "{closed:?}");
         let (first, second, third) = (closed[0], closed[1], closed[2]);
         let batches = log.segment_batches(first).await.unwrap();
