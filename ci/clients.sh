@@ -5,25 +5,13 @@
 # produce, consume in a group, commit, read the commit back, and copy in transactions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KAAS=target/release/kaas
+KAAS=${KAAS:-target/release/kaas}
 [ -x "$KAAS" ] || cargo build --release -p kaas-server
 scripts=$(ls ci/clients/*.py ci/clients/node/*.mjs ci/clients/*.sh 2>/dev/null || true)
 if [ -z "$scripts" ]; then echo "no client scripts"; exit 0; fi
 
-if ls ci/clients/*.py >/dev/null 2>&1; then
-  if [ ! -x ci/.venv/bin/python ]; then
-    python3 -m venv ci/.venv
-    ci/.venv/bin/pip install --quiet -r ci/clients/requirements.txt
-  fi
-fi
-if ls ci/clients/node/*.mjs >/dev/null 2>&1 && [ ! -d ci/clients/node/node_modules ]; then
-  (cd ci/clients/node && npm install --no-audit --no-fund --silent)
-fi
-# The Java client and Kafka's tools: fetched by Maven, the checks compiled, before any clock runs.
-if ls ci/clients/*.sh >/dev/null 2>&1; then
-  bash ci/clients/java/build.sh > /dev/null
-fi
-
+bash ci/install-clients.sh
+echo "== clients installed, Java checks compiled (${SECONDS} s)"
 # Every script runs against one broker, then against three brokers on one data directory
 # (short leases, so that ownership settles in seconds): there the partitions, the group and
 # the transaction coordinator are spread over the brokers, and markers cross between them.
@@ -66,7 +54,9 @@ for brokers in 1 3; do
       *.mjs) runner=node ;;
       *.sh) runner=bash ;;
     esac
+    started=$SECONDS
     if timeout 120 "$runner" "$script" "$bootstrap"; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAILED: $script ($brokers)"; fi
+    echo "   ($((SECONDS - started)) s)"
   done
 done
 echo "$passed passed, $failed failed"

@@ -9,7 +9,7 @@
 # they go, and must consume and commit all of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KAAS=target/release/kaas
+KAAS=${KAAS:-target/release/kaas}
 [ -x "$KAAS" ] || cargo build --release -p kaas-server
 cp=$(bash ci/clients/java/build.sh)
 (cd ci/clients/go && go build -o ../../../target/franz-go-check .)

@@ -1,7 +1,7 @@
 # Sourced by ci/security.sh and ci/acls.sh: the release binary, Kafka's Java tools (`tool`),
 # the Python clients' venv, a work directory and the broker processes cleaned up on exit,
 # free ports, and `fail`, which prints the brokers' logs.
-KAAS=target/release/kaas
+KAAS=${KAAS:-target/release/kaas}
 [ -x "$KAAS" ] || cargo build --release -p kaas-server
 cp=$(bash ci/clients/java/build.sh)
 tool() { java -cp "$cp" "$@"; }

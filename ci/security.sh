@@ -79,7 +79,7 @@ consume() { # consume BOOTSTRAP CONFIG TOPIC N: the values read
     --topic "$3" --from-beginning --max-messages "$4" --timeout-ms 20000 --command-config "$2" 2> /dev/null
 }
 
-echo "== one broker, PLAINTEXT and SSL listeners"
+echo "== one broker, PLAINTEXT and SSL listeners (at ${SECONDS} s)"
 plain=$(free_port); ssl=$(free_port)
 start one 0 "$work/one" "$plain" "$ssl"
 produce "127.0.0.1:$ssl" "$work/ssl.properties" tls 20 || fail "Java producer over SSL: $(tail -3 "$work/produce.out")"
@@ -143,7 +143,7 @@ sys.exit(0 if len(answer) == 8 and struct.unpack(">i", answer[4:8])[0] == 1 else
 PY
 echo "a PLAINTEXT client on the SSL listener gets no Kafka answer (a TLS alert, then the close)"
 
-echo "== a certificate replaced on disk"
+echo "== a certificate replaced on disk (at ${SECONDS} s)"
 serial() { openssl s_client -connect "127.0.0.1:$ssl" -servername localhost < /dev/null 2> /dev/null \
   | openssl x509 -noout -serial; }
 before=$(serial)
@@ -157,7 +157,7 @@ echo "new connections get the new certificate ($before -> $want), no restart"
 kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 cp "$work/broker-keystore.pem" "$work/keystore.pem"
 
-echo "== each SSL listener its own certificate (listener.name.<listener>.ssl.*)"
+echo "== each SSL listener its own certificate (listener.name.<listener>.ssl.*) (at ${SECONDS} s)"
 plain=$(free_port); ssl=$(free_port); other=$(free_port)
 "$KAAS" serve --data-dir "$work/per-listener" \
   --set "listeners=PLAINTEXT://127.0.0.1:$plain,SSL://127.0.0.1:$ssl,OTHER://127.0.0.1:$other" \
@@ -174,7 +174,7 @@ produce "127.0.0.1:$other" "$work/ssl.properties" per-listener 5 || fail "produc
 echo "SSL serves the broker's certificate, OTHER its own (listener.name.other.ssl.keystore.location); the Java client produces over it"
 kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 
-echo "== mutual TLS (ssl.client.auth=required)"
+echo "== mutual TLS (ssl.client.auth=required) (at ${SECONDS} s)"
 plain=$(free_port); ssl=$(free_port)
 start mtls 0 "$work/mtls" "$plain" "$ssl" --set ssl.client.auth=required --set "ssl.truststore.certificates=$(cat "$work/ca.pem")"
 # The trusted certificates, given inline, are described as a secret: no value.
@@ -220,7 +220,7 @@ print("mutual TLS: confluent-kafka and kafka-python with the client certificate,
 PY
 kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 
-echo "== a client certificate names the principal (ssl.principal.mapping.rules); ACLs apply to it"
+echo "== a client certificate names the principal (ssl.principal.mapping.rules); ACLs apply to it (at ${SECONDS} s)"
 plain=$(free_port); ssl=$(free_port)
 start mtls-acl 0 "$work/mtls-acl" "$plain" "$ssl" --set ssl.client.auth=required \
   --set "ssl.truststore.certificates=$(cat "$work/ca.pem")" \
@@ -248,7 +248,7 @@ if grep -q '"name":"producer_send_success"' "$work/vp-mtls-no.out"; then fail "a
 echo "the certificate CN=kaas-client is User:cert-kaas-client by RULE:^CN=([^,]*)\$/cert-\$1/L: its ALLOW lets it write, its DENY refuses it"
 kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 
-echo "== three brokers on one volume, peers on PLAINTEXT, clients on SSL"
+echo "== three brokers on one volume, peers on PLAINTEXT, clients on SSL (at ${SECONDS} s)"
 bootstrap=
 for id in 0 1 2; do
   plain=$(free_port); ssl=$(free_port)
@@ -267,7 +267,7 @@ read=$(consume "$bootstrap" "$work/ssl.properties" tls3 3000 | sort -n | uniq | 
 echo "3 brokers: 3000 records over SSL, acknowledged and read back once each"
 kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 
-echo "== SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL listeners"
+echo "== SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL listeners (at ${SECONDS} s)"
 plain=$(free_port); sasl=$(free_port); sasl_ssl=$(free_port)
 login='org.apache.kafka.common.security.plain.PlainLoginModule required'
 users="$login user_admin=\"admin-secret\" user_alice=\"alice-secret\";"
@@ -351,7 +351,7 @@ assert not raw(3, 1), "Metadata before authentication was answered"
 print("before authentication: ApiVersions answered, Metadata closes the connection")
 PY
 
-echo "== SCRAM-SHA-256 and SCRAM-SHA-512, credentials on the volume"
+echo "== SCRAM-SHA-256 and SCRAM-SHA-512, credentials on the volume (at ${SECONDS} s)"
 tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "127.0.0.1:$plain" --alter --entity-type users \
   --entity-name bob --add-config 'SCRAM-SHA-256=[iterations=8192,password=bob-secret],SCRAM-SHA-512=[password=bob-512]' \
   > "$work/configs.out" 2>&1 || fail "kafka-configs could not set bob's SCRAM credentials: $(tail -3 "$work/configs.out")"
@@ -412,7 +412,7 @@ print("a wrong SCRAM password and a deleted credential (at the other broker, at 
 PY
 kill "${pids[@]}"; wait 2> /dev/null || true; pids=()
 
-echo "== three brokers on SASL_SSL alone: the brokers' own calls over TLS too (KAAS-BROKER)"
+echo "== three brokers on SASL_SSL alone: the brokers' own calls over TLS too (KAAS-BROKER) (at ${SECONDS} s)"
 login_plain='org.apache.kafka.common.security.plain.PlainLoginModule required'
 bootstrap=
 metrics=()

@@ -14,7 +14,7 @@
 #   bash ci/share_bounces.sh [BROKERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KAAS=target/release/kaas
+KAAS=${KAAS:-target/release/kaas}
 [ -x "$KAAS" ] || cargo build --release -p kaas-server
 cp=$(bash ci/clients/java/build.sh)
 brokers=${1:-3}

@@ -11,7 +11,7 @@
 # on every partition.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KAAS=target/release/kaas
+KAAS=${KAAS:-target/release/kaas}
 [ -x "$KAAS" ] || cargo build --release -p kaas-server
 cp=$(bash ci/clients/java/build.sh)
 messages=${KAAS_SHARE_KILLS_MESSAGES:-50000}

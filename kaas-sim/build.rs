@@ -9,7 +9,9 @@ use std::process::Command;
 const SOURCES: [&str; 4] = ["../kaas-core/src", "../kaas-net/src", "src", "../Cargo.lock"];
 
 fn git(args: &[&str]) -> Option<String> {
-    let out = Command::new("git").args(args).output().ok()?;
+    // --no-optional-locks: a status must not rewrite .git/index, which would make the next
+    // build of another profile (or target directory) run this script and rebuild kaas-sim.
+    let out = Command::new("git").arg("--no-optional-locks").args(args).output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
