@@ -49,6 +49,8 @@ pub fn universe() -> Vec<(&'static str, Vec<String>)> {
         "compaction: pass abandoned",
         "compaction: cleaned copy swapped in",
         "compaction: cleaned copy discarded, a newer owner may read the log",
+        "compaction: copy started midway through a segment",
+        "compaction: pass waits for a cleaner thread",
     ]
     .map(String::from)
     .to_vec();

@@ -52,8 +52,10 @@ pub struct BrokerConfig {
     pub log_roll_ms: i64,
     /// The log cleaner (`log.cleaner.*`), which compacts `cleanup.policy=compact` topics.
     pub log_cleaner_enable: bool,
+    pub log_cleaner_threads: u32,
     pub log_cleaner_backoff_ms: u64,
     pub log_cleaner_dedupe_buffer_size: u64,
+    pub log_cleaner_io_buffer_size: u64,
     pub log_cleaner_io_buffer_load_factor: f64,
     pub log_cleaner_io_max_bytes_per_second: f64,
     pub log_cleaner_min_cleanable_ratio: f64,
@@ -202,8 +204,10 @@ impl Default for BrokerConfig {
             log_cleanup_policy: "delete".into(),
             log_roll_ms: 7 * 24 * 3600 * 1000,
             log_cleaner_enable: true,
+            log_cleaner_threads: 1,
             log_cleaner_backoff_ms: 15_000,
             log_cleaner_dedupe_buffer_size: 128 << 20,
+            log_cleaner_io_buffer_size: 512 << 10,
             log_cleaner_io_buffer_load_factor: 0.9,
             log_cleaner_io_max_bytes_per_second: f64::MAX,
             log_cleaner_min_cleanable_ratio: 0.5,
@@ -423,8 +427,10 @@ impl BrokerConfig {
     pub fn cleaner(&self) -> CleanerConfig {
         CleanerConfig {
             enable: self.log_cleaner_enable,
+            threads: self.log_cleaner_threads,
             backoff_ms: self.log_cleaner_backoff_ms.max(1),
             dedupe_buffer_bytes: self.log_cleaner_dedupe_buffer_size,
+            io_buffer_bytes: self.log_cleaner_io_buffer_size,
             load_factor: self.log_cleaner_io_buffer_load_factor.clamp(0.1, 0.95),
             max_bytes_per_second: self.log_cleaner_io_max_bytes_per_second,
         }
@@ -635,18 +641,50 @@ impl Default for Compaction {
     }
 }
 
-/// The broker's log cleaner (`log.cleaner.*`).
+/// The broker's log cleaner (`log.cleaner.*`). As Apache's, its memory and I/O settings are
+/// the whole cleaner's: each of the `threads` passes that may run at once gets its share.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CleanerConfig {
     pub enable: bool,
+    /// `log.cleaner.threads`: how many partitions this broker cleans at once (0: none).
+    pub threads: u32,
     /// `log.cleaner.backoff.ms`: how long a partition with nothing to clean waits to look again.
     pub backoff_ms: u64,
-    /// `log.cleaner.dedupe.buffer.size`: the offset map's memory, per pass.
+    /// `log.cleaner.dedupe.buffer.size`: the offset maps' memory.
     pub dedupe_buffer_bytes: u64,
-    /// `log.cleaner.io.buffer.load.factor`: how full the offset map may get.
+    /// `log.cleaner.io.buffer.size`: the read and write buffers' memory.
+    pub io_buffer_bytes: u64,
+    /// `log.cleaner.io.buffer.load.factor`: how full an offset map may get.
     pub load_factor: f64,
     /// `log.cleaner.io.max.bytes.per.second`: the cleaner's reads and writes, throttled.
     pub max_bytes_per_second: f64,
+}
+
+/// The least a pass reads at a time, whatever `log.cleaner.io.buffer.size` says (a read grows
+/// to hold a whole batch anyway).
+const CLEANER_READ_MIN: u64 = 128;
+
+impl CleanerConfig {
+    fn shares(&self) -> u64 {
+        u64::from(self.threads.max(1))
+    }
+
+    /// One pass's offset map budget.
+    pub fn map_bytes(&self) -> u64 {
+        self.dedupe_buffer_bytes / self.shares()
+    }
+
+    /// How much one pass reads at a time: half its share of the I/O buffers, as Apache splits
+    /// a thread's share between its read and write buffers (a cleaned copy is written as each
+    /// read is cleaned, so the write never holds more than the read).
+    pub fn read_bytes(&self) -> usize {
+        (self.io_buffer_bytes / self.shares() / 2).max(CLEANER_READ_MIN) as usize
+    }
+
+    /// One pass's reads and writes per second: the limit is the whole cleaner's.
+    pub fn pass_bytes_per_second(&self) -> f64 {
+        self.max_bytes_per_second / self.shares() as f64
+    }
 }
 
 impl Default for CleanerConfig {
@@ -772,8 +810,10 @@ mod tests {
             "log.retention.bytes",
             "log.cleanup.policy",
             "log.roll.ms",
+            "log.cleaner.threads",
             "log.cleaner.backoff.ms",
             "log.cleaner.dedupe.buffer.size",
+            "log.cleaner.io.buffer.size",
             "log.cleaner.io.buffer.load.factor",
             "log.cleaner.io.max.bytes.per.second",
             "log.cleaner.min.cleanable.ratio",

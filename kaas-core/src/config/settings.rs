@@ -361,6 +361,12 @@ pub const SETTINGS: &[Setting] = &[
     },
     field!("log.cleaner.enable", log_cleaner_enable, Static, "Whether compacted topics are cleaned."),
     field!(
+        "log.cleaner.threads",
+        log_cleaner_threads,
+        Dynamic,
+        "How many partitions the broker cleans at once; the others wait their turn (0: none)."
+    ),
+    field!(
         "log.cleaner.backoff.ms",
         log_cleaner_backoff_ms,
         Dynamic,
@@ -370,7 +376,13 @@ pub const SETTINGS: &[Setting] = &[
         "log.cleaner.dedupe.buffer.size",
         log_cleaner_dedupe_buffer_size,
         Dynamic,
-        "The memory of a cleaning pass's offset map (24 bytes a key); a bigger log is cleaned in more passes."
+        "The memory of the cleaner's offset maps (24 bytes a key), shared among its passes; a bigger log is cleaned in more passes."
+    ),
+    field!(
+        "log.cleaner.io.buffer.size",
+        log_cleaner_io_buffer_size,
+        Dynamic,
+        "The memory of the cleaner's read and write buffers, shared among its passes: a pass reads half its share at a time."
     ),
     field!(
         "log.cleaner.io.buffer.load.factor",
@@ -382,7 +394,7 @@ pub const SETTINGS: &[Setting] = &[
         "log.cleaner.io.max.bytes.per.second",
         log_cleaner_io_max_bytes_per_second,
         Dynamic,
-        "The cleaner's reads and writes per second, per partition, at most."
+        "The cleaner's reads and writes per second, at most, shared among its passes."
     ),
     field!(
         "log.cleaner.min.cleanable.ratio",
@@ -719,7 +731,6 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("controller.listener.names", "kaas has no controllers"),
     ("num.network.threads", "connections run on tokio's runtime, one thread per core"),
     ("num.io.threads", "connections run on tokio's runtime, one thread per core"),
-    ("log.cleaner.threads", "each partition's owner cleans it, in its own actor"),
 ];
 
 /// Whether a setting's value is a secret (Apache's PASSWORD type): described without its value.

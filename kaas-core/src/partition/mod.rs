@@ -23,12 +23,14 @@ use crate::cluster::Claimed;
 use crate::config::PartitionSettings;
 
 mod actor;
+pub mod cleaner_slots;
 pub mod log;
 pub mod producer;
 pub mod share;
 pub mod state;
 
 pub use actor::{adopt_dir, start};
+pub use cleaner_slots::CleanerSlots;
 
 /// What a partition actor shares with the rest of its broker: the data version it bumps when
 /// its high watermark moves (long polls wait on it), the cluster's view, and the dead-letter
@@ -39,6 +41,8 @@ pub struct Links {
     pub dead_letters: share::DeadLetterSender,
     /// The syncs' and group commits' histograms.
     pub log_metrics: Arc<crate::metrics::LogMetrics>,
+    /// The broker's cleaning passes at once (`log.cleaner.threads`).
+    pub cleaner_slots: CleanerSlots,
 }
 
 use crate::error::{CoreError, CoreResult};
@@ -358,6 +362,7 @@ mod tests {
             cluster,
             dead_letters: dead_letters.clone(),
             log_metrics: Default::default(),
+            cleaner_slots: Default::default(),
         };
         let key = || ("t".to_string(), 0);
         let partition =
@@ -448,6 +453,19 @@ mod tests {
     /// reopened log reads is the same.
     #[tokio::test]
     async fn a_compacted_partition_keeps_each_keys_last_value() {
+        compacted_partition_keeps_each_keys_last_value(crate::config::CleanerConfig::default()).await;
+    }
+
+    /// The same with a read buffer smaller than a batch: a pass reads one batch a turn, and a
+    /// segment's copy starts midway, after the batches that stay unchanged.
+    #[tokio::test]
+    async fn a_compacted_partition_is_cleaned_a_batch_at_a_time() {
+        let cleaner = crate::config::CleanerConfig { io_buffer_bytes: 2, threads: 1, ..Default::default() };
+        assert!(cleaner.read_bytes() < 2 * 73, "a read holds one 73-byte batch");
+        compacted_partition_keeps_each_keys_last_value(cleaner).await;
+    }
+
+    async fn compacted_partition_keeps_each_keys_last_value(cleaner: crate::config::CleanerConfig) {
         let dir = std::env::temp_dir().join(format!("kaas-clean-{:x}", crate::env::Rng::next_u64(&RealRng::default())));
         let env = RealEnv::new(&dir);
         let log = LogConfig {
@@ -457,7 +475,7 @@ mod tests {
             retention_ms: 1,
             ..LogConfig::default()
         };
-        let cleaner = crate::config::CleanerConfig { backoff_ms: 5, ..Default::default() };
+        let cleaner = crate::config::CleanerConfig { backoff_ms: 5, ..cleaner };
         let settings = PartitionSettings {
             log,
             max_message_bytes: 1 << 20,
@@ -474,6 +492,7 @@ mod tests {
             cluster,
             dead_letters: dead_letters.clone(),
             log_metrics: Default::default(),
+            cleaner_slots: Default::default(),
         };
         let key = || ("c".to_string(), 0);
         let partition =
@@ -557,7 +576,13 @@ mod tests {
         let view = ClusterView::standalone(0, crate::env::Clock::monotonic(env.clock()));
         let (_cluster, cluster) = watch::channel(Arc::new(view));
         let (dead_letters, _) = mpsc::unbounded_channel();
-        let links = Links { data_version, cluster, dead_letters, log_metrics: Default::default() };
+        let links = Links {
+            data_version,
+            cluster,
+            dead_letters,
+            log_metrics: Default::default(),
+            cleaner_slots: Default::default(),
+        };
         let partition = start(&env, ("t".to_string(), 0), "t-0".into(), [7; 16], settings, links).await;
         partition.own(Claimed { epoch: 1, takeover: true }, 0).await.unwrap();
         let batch = crate::partition::log::batch::tests::make_batch(0, 5, 1_767_225_600_000);

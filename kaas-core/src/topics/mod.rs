@@ -380,6 +380,8 @@ pub(super) struct TopicManager<E: Env> {
     data_version: watch::Sender<u64>,
     /// The broker's dead-letter writer, for the partitions' share partitions (KIP-1191).
     dead_letters: crate::partition::share::DeadLetterSender,
+    /// How many of its partitions the broker cleans at once (`log.cleaner.threads`).
+    cleaner_slots: crate::partition::CleanerSlots,
     /// What operators see: the partitions' logs count their syncs into it.
     metrics: Arc<crate::metrics::BrokerMetrics>,
     membership: MembershipHandle,
@@ -429,6 +431,7 @@ pub async fn start<E: Env>(
         snapshot,
         data_version,
         dead_letters,
+        cleaner_slots: Default::default(),
         membership,
         ownership: Ownership::new(
             env.volume().clone(),

@@ -75,6 +75,7 @@ impl<E: Env> TopicManager<E> {
                 cluster: self.membership.subscribe(),
                 dead_letters: self.dead_letters.clone(),
                 log_metrics: self.metrics.log.clone(),
+                cleaner_slots: self.cleaner_slots.clone(),
             };
             let key = (meta.name.clone(), p);
             let partition = partition::start(&self.env, key, dir, meta.topic_id, settings, links).await;

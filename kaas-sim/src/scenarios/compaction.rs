@@ -55,6 +55,22 @@ pub struct Compaction {
     /// The offset map's budget in entries: a small one cleans in many passes.
     pub dedupe_entries: u64,
     pub transaction_timeout_ms: i32,
+    /// `log.cleaner.threads`: with one, the partitions take turns.
+    #[serde(default = "one_thread")]
+    pub cleaner_threads: u32,
+    /// `log.cleaner.io.buffer.size`: a small one reads a batch a turn, and starts a copy midway
+    /// through a segment.
+    #[serde(default = "whole_segments")]
+    pub cleaner_io_buffer: u64,
+}
+
+/// What a world drawn before the two settings ran with.
+fn one_thread() -> u32 {
+    1
+}
+
+fn whole_segments() -> u64 {
+    512 << 10
 }
 
 impl World for Compaction {
@@ -94,6 +110,8 @@ impl World for Compaction {
             delete_retention_ms: [0, 500, 5000, 86_400_000][rng.random_range(0..4)],
             dedupe_entries: [2, 5, 1000][rng.random_range(0..3)],
             transaction_timeout_ms: rng.random_range(4_000..10_000),
+            cleaner_threads: rng.random_range(1..=2),
+            cleaner_io_buffer: [256, 2048, 512 << 10][rng.random_range(0..3)],
         }
     }
 
@@ -108,7 +126,10 @@ impl World for Compaction {
             log_cleaner_backoff_ms: self.cleaner_backoff_ms,
             log_cleaner_min_cleanable_ratio: self.min_cleanable_ratio,
             log_cleaner_delete_retention_ms: self.delete_retention_ms,
-            log_cleaner_dedupe_buffer_size: self.dedupe_entries * 24,
+            // The map's budget is per pass: the setting is shared among the threads.
+            log_cleaner_dedupe_buffer_size: self.dedupe_entries * 24 * u64::from(self.cleaner_threads),
+            log_cleaner_threads: self.cleaner_threads,
+            log_cleaner_io_buffer_size: self.cleaner_io_buffer,
             log_cleaner_io_buffer_load_factor: 1.0,
             ..BrokerConfig::default()
         };

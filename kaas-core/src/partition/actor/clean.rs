@@ -1,14 +1,18 @@
 //! The partition actor's log cleaner (`cleanup.policy=compact`): the owner cleans its own log,
-//! under its ownership epoch, one segment per turn of the actor, so appends and fetches wait
-//! for at most one segment's work.
+//! under its ownership epoch, one read buffer per turn of the actor, so appends and fetches wait
+//! for at most one buffer's work.
 //!
-//! A pass (`compact::schedule` says when, and what it may touch) first reads the dirty part of
-//! the log into an offset map (`compact::MapBuilder`), a segment a turn, then cleans every
-//! closed segment from the log's start to the map's end (`compact::Cleaner`): each cleaned copy
-//! is written beside its segment and synced, then, if no newer owner has claimed the partition
-//! and this owner's lease still holds, renamed over it. A newer owner claims before it reads
-//! the log, so a copy renamed after the check holds only records that owner has too
-//! (docs/architecture.md, "Compaction"). Reads and writes are throttled to
+//! A pass (`compact::schedule` says when, and what it may touch) holds one of the broker's
+//! `log.cleaner.threads` slots from start to end. It first reads the dirty part of the log into
+//! an offset map (`compact::MapBuilder`), then cleans every closed segment from the log's start
+//! to the map's end (`compact::Cleaner`), a buffer a turn in both phases: memory is the map's
+//! share of `log.cleaner.dedupe.buffer.size` and one read of `log.cleaner.io.buffer.size`'s
+//! share, whatever the segment size. A segment's cleaned copy is started only when a read loses
+//! something (the unchanged part before it copied then), written as each read is cleaned, synced
+//! at the segment's end, then, if no newer owner has claimed the partition and this owner's
+//! lease still holds, renamed over it. A newer owner claims before it reads the log, so a copy
+//! renamed after the check holds only records that owner has too (docs/architecture.md,
+//! "Compaction"). Reads and writes are throttled to the pass's share of
 //! `log.cleaner.io.max.bytes.per.second` by when the next turn may run, never by sleeping in
 //! the actor.
 
@@ -17,20 +21,23 @@ use std::collections::BTreeMap;
 use super::PartitionActor;
 use crate::cluster::{Kind, claims, partition_key};
 use crate::config::CleanerConfig;
-use crate::env::{Clock, Env};
+use crate::env::{Clock, Env, Volume};
+use crate::partition::cleaner_slots::{CleanerSlot, CleanerSlots};
 use crate::partition::log::compact::schedule::{self, Cleanable};
 use crate::partition::log::compact::{Cleaner, MapBuilder};
+use crate::partition::log::{SegmentChunk, StagedCopy};
 use crate::reach;
 
 /// The cleaner's part of the actor.
-#[derive(Default)]
-pub(super) struct Cleaning {
+pub(super) struct Cleaning<V: Volume> {
     /// Where the last pass's map ended: the log before it is clean. 0 (the log's start) after
     /// the log is opened: the first pass reads it all.
     first_dirty: i64,
     /// When to ask the schedule again (the clock's ms); 0: at once.
     next_check_ms: i64,
-    pass: Option<(Pass, Phase)>,
+    pass: Option<(Pass, Phase<V::File>)>,
+    /// The broker's pass slots (`log.cleaner.threads`).
+    slots: CleanerSlots,
 }
 
 struct Pass {
@@ -38,25 +45,41 @@ struct Pass {
     started_ms: i64,
     /// Bytes read and written so far, for the I/O limit.
     bytes: u64,
+    /// Given back when the pass ends, however it ends.
+    _slot: CleanerSlot,
 }
 
-enum Phase {
-    /// Reading the dirty part into the map, from the segment that holds `from`.
-    Mapping { builder: MapBuilder, from: i64 },
-    /// Cleaning from the log's start, from the segment that holds `from`.
-    Cleaning { cleaner: Cleaner, from: i64 },
+/// Where a phase reads next: a closed segment, by its base offset, and a byte position in it.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    segment: i64,
+    position: u64,
+}
+
+enum Phase<F> {
+    /// Reading the dirty part into the map.
+    Mapping { builder: MapBuilder, at: Cursor },
+    /// Cleaning from the log's start; `copy` is the segment's cleaned copy once a read lost
+    /// something.
+    Cleaning { cleaner: Cleaner, at: Cursor, copy: Option<StagedCopy<F>> },
 }
 
 /// Where a turn left the pass.
-enum Next {
-    Phase(Phase),
+#[allow(clippy::large_enum_variant, reason = "one a turn, moved straight into the actor's state")]
+enum Next<F> {
+    Phase(Phase<F>),
     Done { first_dirty: i64 },
 }
 
-impl Cleaning {
-    /// A log was (re)opened: nothing is known clean, no pass is under way.
+impl<V: Volume> Cleaning<V> {
+    pub(super) fn new(slots: CleanerSlots) -> Self {
+        Cleaning { first_dirty: 0, next_check_ms: 0, pass: None, slots }
+    }
+
+    /// A log was (re)opened: nothing is known clean, no pass is under way (the open removed
+    /// any copy one had staged).
     pub(super) fn reset(&mut self) {
-        *self = Cleaning::default();
+        *self = Cleaning::new(self.slots.clone());
     }
 }
 
@@ -76,10 +99,14 @@ impl<E: Env> PartitionActor<E> {
         })
     }
 
-    /// One turn of the cleaner, when due: a pass started, or one segment of it read or cleaned.
+    /// One turn of the cleaner, when due: a pass started, or one buffer of it read or cleaned.
     pub(super) async fn clean_turn(&mut self) {
+        if !self.cleans() {
+            // Disowned, or the policy changed: a pass under way ends here, its slot given back.
+            return self.end_pass().await;
+        }
         let now_ms = self.env.clock().now_ms();
-        if !self.cleans() || self.next_clean_ms().is_some_and(|at| at > now_ms) {
+        if self.next_clean_ms().is_some_and(|at| at > now_ms) {
             return;
         }
         let (mut pass, phase) = match self.cleaning.pass.take() {
@@ -106,13 +133,29 @@ impl<E: Env> PartitionActor<E> {
         }
     }
 
+    /// Ends a pass under way without finishing it: its copy, if one was started, removed.
+    pub(super) async fn end_pass(&mut self) {
+        let Some((_, phase)) = self.cleaning.pass.take() else { return };
+        if let Phase::Cleaning { copy: Some(copy), .. } = phase {
+            self.discard(copy).await;
+        }
+    }
+
+    async fn discard(&mut self, copy: StagedCopy<<E::Volume as Volume>::File>) {
+        match self.log.as_mut() {
+            Some(log) => log.discard_staged(copy).await,
+            // The next open removes it.
+            None => drop(copy),
+        }
+    }
+
     /// No pass under way: the schedule is asked again after `log.cleaner.backoff.ms`.
     fn look_again_later(&mut self, now_ms: i64) {
         self.cleaning.next_check_ms = now_ms + self.cleaner.backoff_ms as i64;
     }
 
-    /// A pass, if the schedule says the log needs one.
-    async fn start_pass(&mut self, now_ms: i64) -> Option<(Pass, Phase)> {
+    /// A pass, if the schedule says the log needs one and one of the broker's slots is free.
+    async fn start_pass(&mut self, now_ms: i64) -> Option<(Pass, Phase<<E::Volume as Volume>::File>)> {
         // A quiet partition's records reach a closed segment only when `segment.ms` rolls it.
         let log = self.log.as_mut()?;
         if let Err(e) = log.roll_if_older(now_ms).await {
@@ -129,75 +172,169 @@ impl<E: Env> PartitionActor<E> {
             now_ms,
             &self.config.compaction,
         )?;
+        let Some(slot) = self.cleaning.slots.try_take(self.cleaner.threads) else {
+            reach("compaction: pass waits for a cleaner thread");
+            return None;
+        };
+        let start = log.closed_segment_holding(plan.first_dirty)?;
         tracing::debug!(dir = %self.dir, ?plan, "log cleaning pass started");
         let aborted = self.state.aborted_between(plan.first_dirty, plan.end);
-        let builder =
-            MapBuilder::new(&aborted, plan.first_dirty, self.cleaner.dedupe_buffer_bytes, self.cleaner.load_factor);
-        let pass = Pass { plan, started_ms: now_ms, bytes: 0 };
-        Some((pass, Phase::Mapping { builder, from: plan.first_dirty }))
+        let builder = MapBuilder::new(&aborted, plan.first_dirty, self.cleaner.map_bytes(), self.cleaner.load_factor);
+        let pass = Pass { plan, started_ms: now_ms, bytes: 0, _slot: slot };
+        Some((pass, Phase::Mapping { builder, at: Cursor { segment: start.base_offset, position: 0 } }))
     }
 
-    async fn clean_step(&mut self, pass: &mut Pass, phase: Phase) -> Result<Next, String> {
+    /// The next read of a pass: the segment at the cursor, from its position.
+    async fn read_at(&self, at: Cursor, pass: &mut Pass) -> Result<SegmentChunk, String> {
         let log = self.log.as_ref().ok_or("the log closed")?;
+        let chunk = log.segment_chunk(at.segment, at.position, self.cleaner.read_bytes()).await;
+        let chunk = chunk.map_err(|e| e.to_string())?.ok_or_else(|| format!("segment {} went", at.segment))?;
+        pass.bytes += chunk.len();
+        Ok(chunk)
+    }
+
+    /// Where a phase reads after `chunk`: on in its segment, or the next closed segment below
+    /// `end`; None when it reached `end`.
+    fn advance(&self, at: Cursor, chunk: &SegmentChunk, end: i64) -> Result<Option<Cursor>, String> {
+        if !chunk.last {
+            return Ok(Some(Cursor { position: chunk.next_position, ..at }));
+        }
+        let log = self.log.as_ref().ok_or("the log closed")?;
+        let segment = log.closed_segment_holding(at.segment).ok_or_else(|| format!("segment {} went", at.segment))?;
+        let next = log.closed_segment_holding(segment.next_offset).filter(|s| s.base_offset < end);
+        Ok(next.map(|s| Cursor { segment: s.base_offset, position: 0 }))
+    }
+
+    async fn clean_step(
+        &mut self,
+        pass: &mut Pass,
+        phase: Phase<<E::Volume as Volume>::File>,
+    ) -> Result<Next<<E::Volume as Volume>::File>, String> {
         match phase {
-            Phase::Mapping { mut builder, from } => {
-                let Some(span) = log.closed_segment_holding(from).filter(|s| s.base_offset < pass.plan.end) else {
-                    return self.map_done(pass, builder);
-                };
-                let batches = log.segment_batches(span.base_offset).await.map_err(|e| e.to_string())?;
-                pass.bytes += span.size;
-                for (header, data) in &batches {
+            Phase::Mapping { mut builder, at } => {
+                let chunk = self.read_at(at, pass).await?;
+                for (header, data) in &chunk.batches {
                     if header.last_offset() >= pass.plan.end || !builder.add(header, data)? {
                         return self.map_done(pass, builder);
                     }
                 }
-                Ok(Next::Phase(Phase::Mapping { builder, from: span.next_offset }))
-            }
-            Phase::Cleaning { mut cleaner, from } => {
-                let end = cleaner.end();
-                let Some(span) = log.closed_segment_holding(from).filter(|s| s.base_offset < end) else {
-                    return Ok(Next::Done { first_dirty: end });
-                };
-                let batches = log.segment_batches(span.base_offset).await.map_err(|e| e.to_string())?;
-                pass.bytes += span.size;
-                let producers_last: BTreeMap<i64, i64> = self
-                    .state
-                    .producers()
-                    .iter()
-                    .filter_map(|(&id, p)| p.batches.back().map(|b| (id, b.last_offset)))
-                    .collect();
-                let cleaned = cleaner.clean(batches.iter().map(|(h, d)| (h, d)), &producers_last)?;
-                let next = Next::Phase(Phase::Cleaning { cleaner, from: span.next_offset });
-                let bytes_before: usize = batches.iter().map(|(_, d)| d.len()).sum();
-                if cleaned.iter().map(|b| b.len()).sum::<usize>() == bytes_before {
-                    // Nothing went: no copy to write.
-                    return Ok(next);
+                match self.advance(at, &chunk, pass.plan.end)? {
+                    Some(at) => Ok(Next::Phase(Phase::Mapping { builder, at })),
+                    None => self.map_done(pass, builder),
                 }
-                self.swap_in(span.base_offset, &cleaned, pass).await?;
-                Ok(next)
+            }
+            Phase::Cleaning { mut cleaner, at, mut copy } => {
+                let result = self.clean_chunk(pass, &mut cleaner, at, &mut copy).await;
+                match result {
+                    Ok(Some(at)) => Ok(Next::Phase(Phase::Cleaning { cleaner, at, copy })),
+                    Ok(None) => Ok(Next::Done { first_dirty: cleaner.end() }),
+                    Err(why) => {
+                        if let Some(copy) = copy {
+                            self.discard(copy).await;
+                        }
+                        Err(why)
+                    }
+                }
             }
         }
     }
 
-    /// Writes a segment's cleaned copy and renames it in while this broker still owns the
+    /// Cleans the next read of the segment at `at` into its copy, and swaps the copy in at the
+    /// segment's end. Returns where the next turn reads, None when the pass is done.
+    async fn clean_chunk(
+        &mut self,
+        pass: &mut Pass,
+        cleaner: &mut Cleaner,
+        at: Cursor,
+        copy: &mut Option<StagedCopy<<E::Volume as Volume>::File>>,
+    ) -> Result<Option<Cursor>, String> {
+        let chunk = self.read_at(at, pass).await?;
+        let producers_last: BTreeMap<i64, i64> = self
+            .state
+            .producers()
+            .iter()
+            .filter_map(|(&id, p)| p.batches.back().map(|b| (id, b.last_offset)))
+            .collect();
+        let cleaned = cleaner.clean(chunk.batches.iter().map(|(h, d)| (h, d)), &producers_last)?;
+        let lost_some = cleaned.iter().map(|b| b.len() as u64).sum::<u64>() != chunk.len();
+        if copy.is_none() && lost_some {
+            *copy = Some(self.begin_copy(at, pass).await?);
+        }
+        if let Some(staged) = copy.as_mut() {
+            let before = staged.written();
+            staged.append(&cleaned).await.map_err(|e| e.to_string())?;
+            pass.bytes += staged.written() - before;
+        }
+        let next = self.advance(at, &chunk, cleaner.end())?;
+        if chunk.last
+            && let Some(staged) = copy.take()
+        {
+            self.swap_in(staged).await?;
+        }
+        Ok(next)
+    }
+
+    /// Starts a segment's cleaned copy at the first read that lost something: the reads before
+    /// it, unchanged, are copied first, a buffer at a time.
+    async fn begin_copy(
+        &mut self,
+        at: Cursor,
+        pass: &mut Pass,
+    ) -> Result<StagedCopy<<E::Volume as Volume>::File>, String> {
+        let log = self.log.as_ref().ok_or("the log closed")?;
+        let mut staged = log.begin_staged(at.segment).await.map_err(|e| e.to_string())?;
+        if at.position > 0 {
+            reach("compaction: copy started midway through a segment");
+        }
+        let mut position = 0;
+        while position < at.position {
+            let copied = match self.read_at(Cursor { position, ..at }, pass).await {
+                Ok(chunk) if chunk.next_position <= at.position => {
+                    position = chunk.next_position;
+                    let kept: Vec<_> = chunk.batches.into_iter().map(|(_, data)| data).collect();
+                    staged.append(&kept).await.map_err(|e| e.to_string())
+                }
+                Ok(_) => Err(format!("segment {} changed under its pass", at.segment)),
+                Err(why) => Err(why),
+            };
+            if let Err(why) = copied {
+                self.discard(staged).await;
+                return Err(why);
+            }
+        }
+        pass.bytes += staged.written();
+        Ok(staged)
+    }
+
+    /// Syncs a segment's cleaned copy and renames it in while this broker still owns the
     /// partition: no newer claim, the lease still held.
-    async fn swap_in(&mut self, base_offset: i64, cleaned: &[bytes::Bytes], pass: &mut Pass) -> Result<(), String> {
-        let log = self.log.as_mut().ok_or("the log closed")?;
-        let staged = log.stage_cleaned(base_offset, cleaned).await.map_err(|e| e.to_string())?;
-        pass.bytes += staged.len();
+    async fn swap_in(&mut self, staged: StagedCopy<<E::Volume as Volume>::File>) -> Result<(), String> {
+        let log = self.log.as_ref().ok_or("the log closed")?;
+        if let Err(e) = log.seal_staged(&staged).await {
+            self.discard(staged).await;
+            return Err(e.to_string());
+        }
         if crate::crash_point!("log.clean_before_swap") {
             crate::park_for_crash().await;
         }
-        let epoch = self.owned.ok_or("no longer owned")?.claimed.epoch;
+        let Some(owned) = self.owned else {
+            self.discard(staged).await;
+            return Err("no longer owned".into());
+        };
+        let epoch = owned.claimed.epoch;
         let key = partition_key(&self.key.0, self.key.1);
         let superseded = claims::superseded(self.env.volume(), Kind::Partition, &key, epoch).await;
-        let superseded = superseded.map_err(|e| format!("cannot check for a newer owner: {e}"))?;
-        let still_owner = !superseded && self.lease_ok();
+        let still_owner = superseded.as_ref().is_ok_and(|s| !s) && self.lease_ok();
         let log = self.log.as_mut().ok_or("the log closed")?;
         if !still_owner {
-            reach("compaction: cleaned copy discarded, a newer owner may read the log");
             log.discard_staged(staged).await;
-            return Err(format!("a newer owner than epoch {epoch} may be reading the log"));
+            return Err(match superseded {
+                Err(e) => format!("cannot check for a newer owner: {e}"),
+                Ok(_) => {
+                    reach("compaction: cleaned copy discarded, a newer owner may read the log");
+                    format!("a newer owner than epoch {epoch} may be reading the log")
+                }
+            });
         }
         if let Err(e) = log.swap_cleaned(staged).await {
             // The rename may have happened: the segment this log has open may no longer be the
@@ -211,7 +348,7 @@ impl<E: Env> PartitionActor<E> {
     }
 
     /// The map is complete: cleaning starts at the log's start.
-    fn map_done(&self, pass: &Pass, builder: MapBuilder) -> Result<Next, String> {
+    fn map_done(&self, pass: &Pass, builder: MapBuilder) -> Result<Next<<E::Volume as Volume>::File>, String> {
         let log = self.log.as_ref().ok_or("the log closed")?;
         let map = builder.finish();
         if map.end() <= pass.plan.first_dirty {
@@ -219,13 +356,22 @@ impl<E: Env> PartitionActor<E> {
         }
         let aborted = self.state.aborted_between(log.log_start_offset(), map.end());
         let cleaner = Cleaner::new(map, &aborted, pass.plan.drop_deletes_below);
-        Ok(Next::Phase(Phase::Cleaning { cleaner, from: log.log_start_offset() }))
+        let first = log.closed_segment_holding(log.log_start_offset()).filter(|s| s.base_offset < cleaner.end());
+        match first {
+            Some(s) => Ok(Next::Phase(Phase::Cleaning {
+                cleaner,
+                at: Cursor { segment: s.base_offset, position: 0 },
+                copy: None,
+            })),
+            None => Ok(Next::Done { first_dirty: cleaner.end() }),
+        }
     }
 }
 
-/// How long after a pass's start `bytes` of I/O may have been done, at the cleaner's limit.
+/// How long after a pass's start `bytes` of I/O may have been done, at the pass's share of the
+/// cleaner's limit.
 fn throttled_ms(bytes: u64, cleaner: &CleanerConfig) -> i64 {
-    let rate = cleaner.max_bytes_per_second;
+    let rate = cleaner.pass_bytes_per_second();
     if rate.is_nan() || rate <= 0.0 || rate >= f64::MAX {
         return 0;
     }

@@ -78,7 +78,7 @@ pub(super) struct PartitionActor<E: Env> {
     log_metrics: Arc<crate::metrics::LogMetrics>,
     /// The broker's log cleaner settings, and this log's cleaning (`clean`).
     cleaner: crate::config::CleanerConfig,
-    cleaning: clean::Cleaning,
+    cleaning: clean::Cleaning<E::Volume>,
 }
 
 /// The file in a partition directory naming the topic it belongs to.
@@ -117,7 +117,7 @@ pub async fn start<E: Env>(
     settings: PartitionSettings,
     links: super::Links,
 ) -> PartitionHandle {
-    let super::Links { data_version, cluster, dead_letters, log_metrics } = links;
+    let super::Links { data_version, cluster, dead_letters, log_metrics, cleaner_slots } = links;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     let (watermarks, watermarks_rx) = watch::channel(Watermarks::default());
     let (txn_view, txn_view_rx) = watch::channel(TxnView::default());
@@ -147,7 +147,7 @@ pub async fn start<E: Env>(
         dead_letters,
         log_metrics,
         cleaner: settings.cleaner,
-        cleaning: clean::Cleaning::default(),
+        cleaning: clean::Cleaning::new(cleaner_slots),
     };
     actor.ensure_open().await;
     env.spawner().spawn("partition", actor.run(rx));
@@ -651,6 +651,7 @@ impl<E: Env> PartitionActor<E> {
     }
 
     async fn stop(&mut self, delete: bool) {
+        self.end_pass().await;
         self.cut_pending().await;
         if let Some(log) = self.log.as_mut()
             && log.sync().await.is_ok()

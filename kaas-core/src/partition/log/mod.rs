@@ -10,7 +10,9 @@ pub mod records;
 pub mod segment;
 pub mod validate;
 
-pub use partition_log::{DurableEnd, LogConfig, LogError, PartitionLog, ReadResult, cut_to_durable};
+pub use partition_log::{
+    DurableEnd, LogConfig, LogError, PartitionLog, ReadResult, SegmentChunk, StagedCopy, cut_to_durable,
+};
 
 use crate::error::CoreError;
 use batch::BatchError;

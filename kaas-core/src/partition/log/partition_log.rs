@@ -82,19 +82,63 @@ pub async fn cut_to_durable<V: Volume>(volume: &V, dir: &str, end: DurableEnd) -
     Ok(())
 }
 
-/// A segment's cleaned copy, written and synced beside it, not yet swapped in.
+/// A segment's cleaned copy, written beside it a chunk at a time (`StagedCopy::append`), then
+/// synced (`PartitionLog::seal_staged`); not yet swapped in.
 pub struct StagedCopy<F> {
     base_offset: i64,
     epoch: u32,
+    /// The segment's end: every batch of the copy lies below it.
     end: i64,
+    /// Where the next batch may start: the copy keeps the segment's order.
+    next: i64,
     headers: Vec<BatchHeader>,
+    /// Its name in the partition's directory.
+    name: String,
     file: F,
 }
 
-impl<F> StagedCopy<F> {
+impl<F: VolumeFile> StagedCopy<F> {
     /// Bytes written for it.
-    pub fn len(&self) -> u64 {
+    pub fn written(&self) -> u64 {
         self.headers.iter().map(|h| h.total_len() as u64).sum()
+    }
+
+    /// Writes the next cleaned batches: each checked, in offset order, within the segment.
+    pub async fn append(&mut self, batches: &[Bytes]) -> Result<(), LogError> {
+        for data in batches {
+            let header = super::batch::check(data).map_err(|e| LogError::Corrupt(format!("cleaned batch: {e:?}")))?;
+            if header.base_offset < self.next || header.next_offset() > self.end {
+                return Err(LogError::Corrupt(format!(
+                    "{}: cleaned batch at {} outside [{}, {}) of segment {}",
+                    self.name, header.base_offset, self.next, self.end, self.base_offset
+                )));
+            }
+            self.file.append(data.clone()).await?;
+            self.next = header.next_offset();
+            self.headers.push(header);
+        }
+        Ok(())
+    }
+}
+
+/// Batches read from a closed segment from a byte position on: what one turn of a cleaning
+/// pass reads.
+pub struct SegmentChunk {
+    pub batches: Vec<(BatchHeader, Bytes)>,
+    /// Where the next read starts: the segment's durable end once it is all read.
+    pub next_position: u64,
+    /// Whether the chunk ends the segment.
+    pub last: bool,
+}
+
+impl SegmentChunk {
+    /// Bytes read.
+    pub fn len(&self) -> u64 {
+        self.batches.iter().map(|(_, data)| data.len() as u64).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
     }
 }
 
@@ -479,54 +523,55 @@ impl<V: Volume> PartitionLog<V> {
         self.swap_cleaned(staged).await
     }
 
-    /// The cleaned copy `batches` of closed segment `base_offset` (some of its batches, in order,
-    /// offsets unchanged), written beside it and synced. Nothing reads it until `swap_cleaned`;
-    /// a crash before that leaves the segment whole, and the copy is removed at the next open.
+    /// The cleaned copy `batches` of closed segment `base_offset`, staged at once: `begin_staged`,
+    /// `StagedCopy::append`, `seal_staged`.
+    #[cfg(test)]
     pub async fn stage_cleaned(
         &mut self,
         base_offset: i64,
         batches: &[Bytes],
     ) -> Result<StagedCopy<V::File>, LogError> {
+        let mut staged = self.begin_staged(base_offset).await?;
+        staged.append(batches).await?;
+        self.seal_staged(&staged).await?;
+        Ok(staged)
+    }
+
+    /// Starts the cleaned copy of closed segment `base_offset` (some of its batches, in order,
+    /// offsets unchanged), beside it under this owner's name for it. Nothing reads it until
+    /// `swap_cleaned`; a crash before that leaves the segment whole, and the copy is removed at
+    /// the next open.
+    pub async fn begin_staged(&self, base_offset: i64) -> Result<StagedCopy<V::File>, LogError> {
         let at = self.segments.iter().position(|s| s.base_offset == base_offset);
         let Some(at) = at.filter(|&at| self.cleanable(at)) else {
             return Err(LogError::Corrupt(format!("{}: no closed segment at {base_offset} to replace", self.dir)));
         };
         let (epoch, end) = (self.segments[at].epoch, self.segments[at].next_offset);
-        let mut next = base_offset;
-        let mut headers = Vec::with_capacity(batches.len());
-        for data in batches {
-            let header = super::batch::check(data).map_err(|e| LogError::Corrupt(format!("cleaned batch: {e:?}")))?;
-            if header.base_offset < next || header.next_offset() > end {
-                return Err(LogError::Corrupt(format!(
-                    "{}: cleaned batch at {} outside [{next}, {end}) of segment {base_offset}",
-                    self.dir, header.base_offset
-                )));
-            }
-            next = header.next_offset();
-            headers.push(header);
-        }
-        let copy = join(&self.dir, &segment::cleaned_name(base_offset, epoch));
-        let file = self.volume.create(&copy).await?;
-        for data in batches {
-            file.append(data.clone()).await?;
-        }
-        file.sync().await?;
+        let name = segment::cleaned_name(base_offset, epoch, self.epoch);
+        let file = self.volume.create(&join(&self.dir, &name)).await?;
+        Ok(StagedCopy { base_offset, epoch, end, next: base_offset, headers: Vec::new(), name, file })
+    }
+
+    /// Syncs a staged copy: it is whole on the volume, ready to be renamed in.
+    pub async fn seal_staged(&self, staged: &StagedCopy<V::File>) -> Result<(), LogError> {
+        staged.file.sync().await?;
         if crate::mutant!(CleanRemovesBeforeSwap) {
-            self.volume.remove_file(&join(&self.dir, &segment::log_name(base_offset, epoch))).await?;
+            let segment = segment::log_name(staged.base_offset, staged.epoch);
+            self.volume.remove_file(&join(&self.dir, &segment)).await?;
             self.volume.sync_dir(&self.dir).await?;
         }
-        Ok(StagedCopy { base_offset, epoch, end, headers, file })
+        Ok(())
     }
 
     /// Renames a staged copy over its segment (the one atomic step), syncs the directory, and
     /// indexes it. The segment still ends where it ended, whatever was cleaned away.
     pub async fn swap_cleaned(&mut self, staged: StagedCopy<V::File>) -> Result<(), LogError> {
-        let StagedCopy { base_offset, epoch, end, headers, file } = staged;
+        let StagedCopy { base_offset, epoch, end, headers, name, file, .. } = staged;
         let at = self.segments.iter().position(|s| s.base_offset == base_offset && s.epoch == epoch);
         let Some(at) = at.filter(|&at| self.cleanable(at)) else {
             return Err(LogError::Corrupt(format!("{}: segment {base_offset} went before its swap", self.dir)));
         };
-        let copy = join(&self.dir, &segment::cleaned_name(base_offset, epoch));
+        let copy = join(&self.dir, &name);
         let path = join(&self.dir, &segment::log_name(base_offset, epoch));
         self.volume.rename(&copy, &path).await?;
         self.volume.sync_dir(&self.dir).await?;
@@ -557,7 +602,7 @@ impl<V: Volume> PartitionLog<V> {
 
     /// Removes a staged copy that will not be swapped in (its owner lost the partition).
     pub async fn discard_staged(&mut self, staged: StagedCopy<V::File>) {
-        let copy = join(&self.dir, &segment::cleaned_name(staged.base_offset, staged.epoch));
+        let copy = join(&self.dir, &staged.name);
         drop(staged);
         if let Err(e) = self.volume.remove_file(&copy).await {
             tracing::warn!(path = %copy, error = %e, "cannot remove a cleaned copy; the next open will");
@@ -611,20 +656,58 @@ impl<V: Volume> PartitionLog<V> {
         Ok(true)
     }
 
-    /// The durable batches of closed segment `base_offset`, whole, in order: what a cleaning
-    /// pass reads.
-    pub async fn segment_batches(&self, base_offset: i64) -> Result<Vec<(BatchHeader, Bytes)>, LogError> {
+    /// The durable batches of closed segment `base_offset` from byte `position`: about
+    /// `max_bytes` of them, at least one whole batch, each checked; None if the segment is gone.
+    pub async fn segment_chunk(
+        &self,
+        base_offset: i64,
+        position: u64,
+        max_bytes: usize,
+    ) -> Result<Option<SegmentChunk>, LogError> {
         let Some(seg) = self.segments.iter().find(|s| s.base_offset == base_offset) else {
-            return Ok(vec![]);
+            return Ok(None);
         };
-        let raw = seg.file.read_at(0, seg.durable_len as usize).await?;
-        let mut out = Vec::new();
+        let end = seg.durable_len;
+        let corrupt = |at: u64| LogError::Corrupt(format!("{}: bad batch at {at} of segment {base_offset}", self.dir));
+        if position >= end {
+            return Ok(Some(SegmentChunk { batches: Vec::new(), next_position: end, last: true }));
+        }
+        let available = (end - position) as usize;
+        let first = seg.file.read_at(position, HEADER_LEN.min(available)).await?;
+        let header = BatchHeader::parse(&first).map_err(|_| corrupt(position))?;
+        let raw = seg.file.read_at(position, max_bytes.max(header.total_len()).min(available)).await?;
+        let mut batches = Vec::new();
         let mut at = 0;
-        while at < raw.len() {
-            let header = super::batch::check(&raw[at..])
-                .map_err(|_| LogError::Corrupt(format!("{}: bad batch at {at} of segment {base_offset}", self.dir)))?;
-            out.push((header, raw.slice(at..at + header.total_len())));
-            at += header.total_len();
+        // A batch the read's end cuts is the next chunk's first.
+        while let Ok(h) = BatchHeader::parse(&raw[at..]) {
+            let len = h.total_len();
+            if at + len > raw.len() {
+                break;
+            }
+            let header = super::batch::check(&raw[at..at + len]).map_err(|_| corrupt(position + at as u64))?;
+            batches.push((header, raw.slice(at..at + len)));
+            at += len;
+        }
+        if at == 0 || (at < raw.len() && raw.len() == available) {
+            // Not even the first batch fits in what the segment holds, or its durable end cuts
+            // one: the segment is not what its index says.
+            return Err(corrupt(position + at as u64));
+        }
+        let next_position = position + at as u64;
+        Ok(Some(SegmentChunk { batches, next_position, last: next_position >= end }))
+    }
+
+    /// The durable batches of closed segment `base_offset`, whole, in order.
+    #[cfg(test)]
+    pub async fn segment_batches(&self, base_offset: i64) -> Result<Vec<(BatchHeader, Bytes)>, LogError> {
+        let mut out = Vec::new();
+        let mut position = 0;
+        while let Some(chunk) = self.segment_chunk(base_offset, position, 4096).await? {
+            out.extend(chunk.batches);
+            position = chunk.next_position;
+            if chunk.last {
+                break;
+            }
         }
         Ok(out)
     }
@@ -974,12 +1057,52 @@ mod corruption_tests {
         }
         check(PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap()).await;
         // A crash between writing a cleaned copy and its rename: the copy is not read, and goes.
-        let copy = format!("t-0/{}", segment::cleaned_name(third, 0));
+        let copy = format!("t-0/{}", segment::cleaned_name(third, 0, 0));
         volume.write_atomic(&copy, Bytes::from_static(b"half a copy")).await.unwrap();
         let log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap();
         assert_eq!(read_at(&log, third).await, third);
         assert!(volume.read(&copy).await.unwrap().is_none(), "the unfinished copy is removed");
         check(log).await;
+    }
+
+    #[tokio::test]
+    async fn a_segment_is_read_a_buffer_at_a_time_in_whole_checked_batches() {
+        let volume = scratch();
+        filled(&volume).await;
+        let log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap();
+        let first = log.segment_spans()[0];
+        let whole = volume.read(&format!("t-0/{}", segment::log_name(first.base_offset, 0))).await.unwrap().unwrap();
+        let batches = log.segment_batches(first.base_offset).await.unwrap().len();
+        assert!(batches >= 2, "{batches}");
+        for max_bytes in [1, 100, 250, 1 << 20] {
+            let (mut read, mut position, mut chunks) = (Vec::new(), 0, 0);
+            loop {
+                let chunk = log.segment_chunk(first.base_offset, position, max_bytes).await.unwrap().unwrap();
+                assert!(!chunk.is_empty(), "a read holds at least one batch");
+                assert!(chunk.len() as usize <= max_bytes.max(chunk.batches[0].1.len()), "{max_bytes}");
+                assert_eq!(chunk.next_position, position + chunk.len());
+                read.extend(chunk.batches.iter().flat_map(|(_, data)| data.to_vec()));
+                (position, chunks) = (chunk.next_position, chunks + 1);
+                if chunk.last {
+                    break;
+                }
+            }
+            assert_eq!(read, whole.to_vec(), "the segment's bytes, in order, read with {max_bytes}-byte buffers");
+            match max_bytes {
+                1 => assert_eq!(chunks, batches, "a buffer smaller than a batch reads one batch"),
+                m if m >= whole.len() => assert_eq!(chunks, 1, "a buffer bigger than the segment reads it at once"),
+                _ => {}
+            }
+        }
+        assert!(log.segment_chunk(first.next_offset + 1000, 0, 100).await.unwrap().is_none(), "no such segment");
+        // A torn batch inside a closed segment is reported, never read as the end.
+        let path = format!("t-0/{}", segment::log_name(first.base_offset, 0));
+        let mut torn = whole.to_vec();
+        torn[HEADER_LEN + 3] ^= 0xff;
+        volume.write_atomic(&path, Bytes::from(torn)).await.unwrap();
+        let log = PartitionLog::open(volume.clone(), "t-0", LogConfig::default(), SOLO).await.unwrap();
+        assert_eq!(log.segment_spans()[0], first, "a closed segment is opened through its index");
+        assert!(matches!(log.segment_chunk(first.base_offset, 0, 1 << 20).await, Err(LogError::Corrupt(_))));
     }
 
     #[tokio::test]

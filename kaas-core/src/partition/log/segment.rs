@@ -58,10 +58,12 @@ fn parse_stem(stem: &str) -> Option<(i64, u32)> {
     Some((digits.parse().ok()?, epoch))
 }
 
-/// Where a cleaning pass writes a segment's cleaned copy before renaming it over the segment; a
-/// copy left by a crash before the rename is removed when the log is opened, never read.
-pub fn cleaned_name(base_offset: i64, epoch: u32) -> String {
-    format!("{}.cleaned", stem(base_offset, epoch))
+/// Where a cleaning pass of the owner of `owner_epoch` writes a segment's cleaned copy before
+/// renaming it over the segment. Each owner writes its own (a paused old owner creating its copy
+/// must never truncate the new owner's); a copy left by a crash before the rename is removed when
+/// the log is opened, never read.
+pub fn cleaned_name(base_offset: i64, epoch: u32, owner_epoch: u32) -> String {
+    format!("{}.{owner_epoch}.cleaned", stem(base_offset, epoch))
 }
 
 /// Parses "00000000000000000042.log" into (42, 0) and "00000000000000000042-3.log" into (42, 3).
