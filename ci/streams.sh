@@ -46,7 +46,11 @@ fail() {
   exit 1
 }
 cleanup() {
-  kill "${pids[@]}" "${apps[@]}" 2>/dev/null || true
+  # Only real pids: `kill 0` would signal this script's whole process group (CI's too).
+  for pid in "${pids[@]}" "${apps[@]}"; do
+    [ "$pid" -gt 0 ] && { kill "$pid" 2>/dev/null || true; }
+  done
+  true
   wait 2>/dev/null || true
   rm -rf "$data" "$data".*
 }
