@@ -9,41 +9,21 @@
 # they go, and must consume and commit all of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KAAS=${KAAS:-target/release/kaas}
-[ -x "$KAAS" ] || cargo build --release -p kaas-server
-cp=$(bash ci/clients/java/build.sh)
 (cd ci/clients/go && go build -o ../../../target/franz-go-check .)
 messages=${KAAS_KILLS_MESSAGES:-80000}
-
-data=$(mktemp -d)
-pids=(0 0 0)
-ports=()
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-for id in 0 1 2; do ports+=("$(free_port)"); done
-bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
-start_broker() {
-  "$KAAS" serve --data-dir "$data" --listen "127.0.0.1:${ports[$1]}" --broker-id "$1" \
-    --set group.initial.rebalance.delay.ms=0 --set broker.session.timeout.ms=3000 \
-    --set broker.heartbeat.interval.ms=500 --set broker.lease.drift.margin.ms=500 \
-    --set broker.ownership.settle.ms=1000 --set group.consumer.heartbeat.interval.ms=500 \
-    > /dev/null 2>> "$data.log" &
-  pids[$1]=$!
-}
+source ci/cluster.sh
+broker_settings=(--set group.initial.rebalance.delay.ms=0 --set group.consumer.heartbeat.interval.ms=500)
 copiers=()
 readers=()
 cleanup() {
-  kill "${pids[@]}" "${copiers[@]}" "${readers[@]}" 2>/dev/null || true
+  stop_brokers
+  kill "${copiers[@]}" "${readers[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$data" "$data.log" "$data".copier-*
 }
 trap cleanup EXIT
-for id in 0 1 2; do start_broker "$id"; done
-for port in "${ports[@]}"; do
-  for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
-done
-sleep 3
+start_cluster
 
-tool() { timeout 120 java -cp "$cp" "org.apache.kafka.tools.$1" "${@:2}"; }
 tool TopicCommand --bootstrap-server "$bootstrap" --create --topic input --partitions 3 --replication-factor 1 > /dev/null
 tool TopicCommand --bootstrap-server "$bootstrap" --create --topic output --partitions 3 --replication-factor 1 > /dev/null
 tool VerifiableProducer --bootstrap-server "$bootstrap" --topic input --max-messages "$messages" --acks -1 --repeating-keys 97 \
@@ -71,8 +51,7 @@ while running; do
   sleep 2
   running || break
   victim=$((kills % 3))
-  kill -9 "${pids[$victim]}" 2>/dev/null || true
-  wait "${pids[$victim]}" 2>/dev/null || true
+  kill_broker "$victim"
   sleep 1
   start_broker "$victim"
   kills=$((kills + 1))

@@ -11,41 +11,21 @@
 # on every partition.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KAAS=${KAAS:-target/release/kaas}
-[ -x "$KAAS" ] || cargo build --release -p kaas-server
-cp=$(bash ci/clients/java/build.sh)
 messages=${KAAS_SHARE_KILLS_MESSAGES:-50000}
 # Lower (2 at least) to send more records to the dead-letter queue.
 delivery_limit=${KAAS_SHARE_KILLS_DELIVERY_LIMIT:-5}
-
-data=$(mktemp -d)
-pids=(0 0 0)
-ports=()
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-for id in 0 1 2; do ports+=("$(free_port)"); done
-bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
-start_broker() {
-  "$KAAS" serve --data-dir "$data" --listen "127.0.0.1:${ports[$1]}" --broker-id "$1" \
-    --set broker.session.timeout.ms=3000 --set broker.heartbeat.interval.ms=500 \
-    --set broker.lease.drift.margin.ms=500 --set broker.ownership.settle.ms=1000 \
-    --set group.share.session.timeout.ms=10000 --set group.share.heartbeat.interval.ms=1000 \
-    > /dev/null 2>> "$data.log" &
-  pids[$1]=$!
-}
+source ci/cluster.sh
+broker_settings=(--set group.share.session.timeout.ms=10000 --set group.share.heartbeat.interval.ms=1000)
 copiers=()
 cleanup() {
-  kill "${pids[@]}" "${copiers[@]}" 2>/dev/null || true
+  stop_brokers
+  kill "${copiers[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   [ -n "${KAAS_KEEP:-}" ] || rm -rf "$data" "$data.log" "$data".copier-* "$data.out" "$data.want"
 }
 trap cleanup EXIT
-for id in 0 1 2; do start_broker "$id"; done
-for port in "${ports[@]}"; do
-  for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
-done
-sleep 3
+start_cluster
 
-tool() { timeout 120 java -cp "$cp" "org.apache.kafka.tools.$1" "${@:2}"; }
 tool TopicCommand --bootstrap-server "$bootstrap" --create --topic input --partitions 6 --replication-factor 1 > /dev/null
 tool TopicCommand --bootstrap-server "$bootstrap" --create --topic output --partitions 6 --replication-factor 1 > /dev/null
 tool VerifiableProducer --bootstrap-server "$bootstrap" --topic input --max-messages "$messages" --acks -1 \
@@ -76,8 +56,7 @@ while running; do
   sleep 1
   running || break
   victim=$((kills % 3))
-  kill -9 "${pids[$victim]}" 2>/dev/null || true
-  wait "${pids[$victim]}" 2>/dev/null || true
+  kill_broker "$victim"
   sleep 0.5
   start_broker "$victim"
   kills=$((kills + 1))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The simulator's CI batch, built with the `sim` profile (optimised, debug assertions and
-# overflow checks on):
+# The simulator's CI batch, on an optimised binary with debug assertions and overflow checks
+# on (the `sim` profile; in CI the `ci` profile's, built by ci/test.sh):
 # 1. replay every seed file in sim-seeds/ (each holds the whole world that found a bug: it
 #    must pass now, and reproduce its trace exactly at the commit that wrote it);
 # 2. hunt every mutant (a deliberate bug) until a world of its scenarios reports the violation
@@ -21,11 +21,14 @@ MUTANT_SEEDS=${KAAS_SIM_MUTANT_SEEDS:-400}
 # frequent heartbeats): a quarter of each window.
 SLOW=cluster-flap
 SLOW_SHARE=4
-# .ci/run builds the binary in a target directory of its own, in the background while the broker's
-# client scripts run (KAAS_SIM_TARGET_DIR); by hand, the usual one.
-sim_target=${KAAS_SIM_TARGET_DIR:-target}
-CARGO_TARGET_DIR=$sim_target cargo build --profile sim -p kaas-sim
-sim=$sim_target/sim/kaas-sim
+# .ci/run gives the binary ci/test.sh built (KAAS_SIM_BIN, the ci profile: optimised,
+# assertions on); by hand, the sim profile's.
+if [ -n "${KAAS_SIM_BIN:-}" ]; then
+  sim=$KAAS_SIM_BIN
+else
+  cargo build --profile sim -p kaas-sim
+  sim=target/sim/kaas-sim
+fi
 status=0
 coverage=target/sim-coverage.jsonl
 rm -f "$coverage"

@@ -12,27 +12,11 @@
 # record per word must bring every word's count to exactly one more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KAAS=${KAAS:-target/release/kaas}
-[ -x "$KAAS" ] || cargo build --release -p kaas-server
-cp=$(bash ci/clients/java/build.sh)
 records=${KAAS_STREAMS_RECORDS:-12000}
-
-data=$(mktemp -d)
-pids=(0 0 0)
+source ci/cluster.sh
 apps=(0 0 0)
-ports=()
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-for id in 0 1 2; do ports+=("$(free_port)"); done
-bootstrap="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
-start_broker() {
-  "$KAAS" serve --data-dir "$data" --listen "127.0.0.1:${ports[$1]}" --broker-id "$1" \
-    --set group.initial.rebalance.delay.ms=0 --set broker.session.timeout.ms=3000 \
-    --set broker.heartbeat.interval.ms=500 --set broker.lease.drift.margin.ms=500 \
-    --set broker.ownership.settle.ms=1000 \
-    --set log.roll.ms=2000 --set log.cleaner.backoff.ms=500 --set log.cleaner.min.cleanable.ratio=0.1 \
-    > /dev/null 2>> "$data.log" &
-  pids[$1]=$!
-}
+broker_settings=(--set group.initial.rebalance.delay.ms=0
+                 --set log.roll.ms=2000 --set log.cleaner.backoff.ms=500 --set log.cleaner.min.cleanable.ratio=0.1)
 app() { java -cp "$cp" kaas.StreamsCount "$@"; }
 # The JVM itself in the background (not a function's subshell), so that a SIGKILL reaches it.
 start_app() {
@@ -46,22 +30,16 @@ fail() {
   exit 1
 }
 cleanup() {
-  # Only real pids: `kill 0` would signal this script's whole process group (CI's too).
-  for pid in "${pids[@]}" "${apps[@]}"; do
+  stop_brokers
+  for pid in "${apps[@]}"; do
     [ "$pid" -gt 0 ] && { kill "$pid" 2>/dev/null || true; }
   done
-  true
   wait 2>/dev/null || true
   rm -rf "$data" "$data".*
 }
 trap cleanup EXIT
-for id in 0 1 2; do start_broker "$id"; done
-for port in "${ports[@]}"; do
-  for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
-done
-sleep 3
+start_cluster
 
-tool() { timeout 120 java -cp "$cp" "org.apache.kafka.tools.$1" "${@:2}"; }
 tool TopicCommand --bootstrap-server "$bootstrap" --create --topic input --partitions 3 --replication-factor 1 > /dev/null
 tool TopicCommand --bootstrap-server "$bootstrap" --create --topic counts --partitions 3 --replication-factor 1 > /dev/null
 start_app 0
@@ -91,8 +69,7 @@ while kill -0 "$producer" 2>/dev/null; do
   sleep 4
   kill -0 "$producer" 2>/dev/null || break
   victim=$((kills % 3))
-  kill -9 "${pids[$victim]}" 2>/dev/null || true
-  wait "${pids[$victim]}" 2>/dev/null || true
+  kill_broker "$victim"
   if [ "$kills" -eq 1 ]; then
     kill -9 "${apps[1]}" 2>/dev/null || true
     wait "${apps[1]}" 2>/dev/null || true
