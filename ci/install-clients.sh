@@ -2,7 +2,8 @@
 # Installs the clients every script uses, once, before any of them runs (ci/test.sh runs
 # scripts side by side, and two first runs must not both build ci/.venv): the Python clients
 # in ci/.venv (PyPI), the Node.js clients in ci/clients/node/node_modules (npm), the Java
-# client and Kafka's tools in ~/.m2 (Maven Central) with the Java checks compiled.
+# client, Kafka's tools and Kafka Connect in ~/.m2 (Maven Central) with the Java checks
+# compiled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x ci/.venv/bin/python ]; then
@@ -13,3 +14,4 @@ if [ ! -d ci/clients/node/node_modules ]; then
   (cd ci/clients/node && npm install --no-audit --no-fund --silent)
 fi
 bash ci/clients/java/build.sh > /dev/null
+bash ci/clients/connect/classpath.sh > /dev/null
