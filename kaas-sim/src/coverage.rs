@@ -51,6 +51,7 @@ pub fn universe() -> Vec<(&'static str, Vec<String>)> {
         "compaction: cleaned copy discarded, a newer owner may read the log",
         "compaction: copy started midway through a segment",
         "compaction: pass waits for a cleaner thread",
+        "compaction: cleaner checkpoint read at open",
     ]
     .map(String::from)
     .to_vec();

@@ -580,7 +580,9 @@ pub struct LogConfig {
     pub retention_ms: i64,
     /// -1: no size limit.
     pub retention_bytes: i64,
-    /// `segment.ms`: an active segment older than this rolls at its next append.
+    /// `segment.ms`: an active segment rolls at the append of a batch more than this younger
+    /// than its first batch (record timestamps, as Apache measures it); the cleaner also rolls a
+    /// quiet compacted partition's segment this old by the clock, so its records get cleaned.
     pub segment_ms: i64,
     pub cleanup: CleanupPolicy,
     pub compaction: Compaction,

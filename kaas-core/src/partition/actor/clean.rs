@@ -28,10 +28,34 @@ use crate::partition::log::compact::{Cleaner, MapBuilder};
 use crate::partition::log::{SegmentChunk, StagedCopy};
 use crate::reach;
 
+/// Where the partition's log is clean (Apache's cleaner-offset-checkpoint, one per partition
+/// here): `CHECKPOINT_VERSION`, `first_dirty`, then a CRC-32C of both.
+const CHECKPOINT_FILE: &str = "cleaner.checkpoint";
+const CHECKPOINT_VERSION: u16 = 1;
+
+fn encode_checkpoint(first_dirty: i64) -> bytes::Bytes {
+    let mut b = Vec::with_capacity(14);
+    b.extend_from_slice(&CHECKPOINT_VERSION.to_be_bytes());
+    b.extend_from_slice(&first_dirty.to_be_bytes());
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_be_bytes());
+    bytes::Bytes::from(b)
+}
+
+/// The checkpoint's `first_dirty`; None for anything not written by `encode_checkpoint`.
+fn decode_checkpoint(raw: &[u8]) -> Option<i64> {
+    let (body, crc) = raw.split_at_checked(10)?;
+    let crc = u32::from_be_bytes(crc.try_into().ok()?);
+    let version = u16::from_be_bytes(body[..2].try_into().ok()?);
+    (version == CHECKPOINT_VERSION && crc32c::crc32c(body) == crc)
+        .then(|| i64::from_be_bytes(body[2..].try_into().expect("8 bytes")))
+        .filter(|first_dirty| *first_dirty >= 0)
+}
+
 /// The cleaner's part of the actor.
 pub(super) struct Cleaning<V: Volume> {
-    /// Where the last pass's map ended: the log before it is clean. 0 (the log's start) after
-    /// the log is opened: the first pass reads it all.
+    /// Where the last pass's map ended: the log before it is clean. After the log is opened,
+    /// the partition's checkpoint, or 0 (the log's start) without one.
     first_dirty: i64,
     /// When to ask the schedule again (the clock's ms); 0: at once.
     next_check_ms: i64,
@@ -123,6 +147,7 @@ impl<E: Env> PartitionActor<E> {
                 tracing::info!(dir = %self.dir, from = pass.plan.first_dirty, to = first_dirty,
                     bytes = pass.bytes, "log cleaned");
                 self.cleaning.first_dirty = first_dirty;
+                self.save_checkpoint(first_dirty).await;
                 self.look_again_later(now_ms);
             }
             Err(why) => {
@@ -130,6 +155,48 @@ impl<E: Env> PartitionActor<E> {
                 tracing::warn!(dir = %self.dir, reason = %why, "log cleaning pass abandoned");
                 self.look_again_later(now_ms);
             }
+        }
+    }
+
+    /// The log was opened: where the last pass (of this broker or an earlier owner) left it
+    /// clean, from the partition's checkpoint, so that a restart or a take-over does not read
+    /// the whole log into a map again. A checkpoint outside the log (cut back since, or from a
+    /// log deleted below it) is ignored; a corrupt one is reported and ignored. Either way the
+    /// log is read from its start, which only costs time: a map starting too late cleans less,
+    /// never wrongly.
+    pub(super) async fn load_checkpoint(&mut self) {
+        let Some(log) = self.log.as_ref() else { return };
+        let path = crate::env::join(&self.dir, CHECKPOINT_FILE);
+        let first_dirty = match self.env.volume().read(&path).await {
+            Ok(None) => return,
+            Ok(Some(raw)) => match decode_checkpoint(&raw) {
+                Some(first_dirty) => first_dirty,
+                None => {
+                    tracing::warn!(dir = %self.dir, "corrupt cleaner checkpoint ignored: the log is cleaned from its start");
+                    return;
+                }
+            },
+            Err(e) => {
+                tracing::warn!(dir = %self.dir, error = %e, "cannot read the cleaner checkpoint");
+                return;
+            }
+        };
+        if (log.log_start_offset()..=log.log_end_offset()).contains(&first_dirty) {
+            reach("compaction: cleaner checkpoint read at open");
+            self.cleaning.first_dirty = first_dirty;
+        }
+    }
+
+    /// Keeps where the log is clean for the next open, while this broker still owns the
+    /// partition (a former owner's checkpoint would be harmless, as `load_checkpoint` says, but
+    /// is not written). A failed write only costs the next open a longer first pass.
+    async fn save_checkpoint(&self, first_dirty: i64) {
+        if !self.lease_ok() {
+            return;
+        }
+        let path = crate::env::join(&self.dir, CHECKPOINT_FILE);
+        if let Err(e) = self.env.volume().write_atomic(&path, encode_checkpoint(first_dirty)).await {
+            tracing::warn!(dir = %self.dir, error = %e, "cannot write the cleaner checkpoint");
         }
     }
 
@@ -376,4 +443,25 @@ fn throttled_ms(bytes: u64, cleaner: &CleanerConfig) -> i64 {
         return 0;
     }
     (bytes as f64 / rate * 1000.0).min(i64::MAX as f64 / 2.0) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_reads_back_and_a_damaged_one_does_not() {
+        for first_dirty in [0, 1, 4096, i64::MAX] {
+            assert_eq!(decode_checkpoint(&encode_checkpoint(first_dirty)), Some(first_dirty));
+        }
+        let good = encode_checkpoint(12_345).to_vec();
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            assert_eq!(decode_checkpoint(&bad), None, "byte {at} flipped");
+        }
+        assert_eq!(decode_checkpoint(&good[..13]), None, "torn");
+        assert_eq!(decode_checkpoint(&[good.as_slice(), &[0]].concat()), None, "trailing bytes");
+        assert_eq!(decode_checkpoint(&encode_checkpoint(-1)), None, "no offset is negative");
+    }
 }

@@ -193,6 +193,7 @@ impl<E: Env> PartitionActor<E> {
                     self.cleaning.reset();
                     self.state.apply(state::Event::Opened { producers });
                     self.log = Some(log);
+                    self.load_checkpoint().await;
                     self.publish();
                 }
                 Err(e) => tracing::error!(dir = %self.dir, error = %e, "cannot open partition log"),

@@ -374,7 +374,12 @@ impl<V: Volume> PartitionLog<V> {
         let header = BatchHeader { base_offset, partition_leader_epoch: leader_epoch, ..*header };
         let active = self.active();
         let full = active.size() + data.len() as u64 > self.config.segment_bytes;
-        if active.size() > 0 && (full || crate::buggify!("log.early_roll")) {
+        // `segment.ms`, as Apache measures it: the batch's time against the segment's first
+        // batch (record time, not the broker's clock, so a replay of old records does not roll
+        // at every append).
+        let first = active.first_timestamp();
+        let aged = first >= 0 && header.max_timestamp.saturating_sub(first) > self.config.segment_ms;
+        if active.size() > 0 && (full || aged || crate::buggify!("log.early_roll")) {
             self.roll().await?;
         }
         let interval = self.config.index_interval_bytes;
@@ -929,6 +934,27 @@ mod tests {
         log.enforce_retention(1125, i64::MAX).await.unwrap();
         assert!(log.log_start_offset() > 31);
         assert_eq!(log.high_watermark(), 60);
+    }
+
+    #[tokio::test]
+    async fn segment_ms_rolls_at_the_append_that_is_older_by_it_in_record_time() {
+        let volume = scratch();
+        let config = LogConfig { segment_ms: 100, ..LogConfig::default() };
+        let mut log = PartitionLog::open(volume.clone(), "t-0", config, SOLO).await.unwrap();
+        let segments = |log: &PartitionLog<RealVolume>| log.segment_spans().len() + 1;
+        // Old records (a replay) keep their spacing: within 100 ms of the first, no roll.
+        for ts in [5, 50, 105] {
+            append(&mut log, 1, ts).await;
+        }
+        assert_eq!(segments(&log), 1, "105 - 5 is not more than segment.ms");
+        append(&mut log, 1, 106).await;
+        assert_eq!(segments(&log), 2, "106 - 5 is");
+        assert_eq!(log.segment_spans()[0].next_offset, 3, "the batch that was too late opens the new segment");
+        // The new segment's age counts from its own first batch.
+        append(&mut log, 1, 200).await;
+        assert_eq!(segments(&log), 2);
+        append(&mut log, 1, 207).await;
+        assert_eq!(segments(&log), 3);
     }
 }
 
