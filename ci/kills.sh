@@ -6,7 +6,8 @@
 # GroupTransactSession copy it while brokers are SIGKILLed and restarted one after another;
 # then a read_committed reader must find every input message in the output exactly once. Two
 # Java consumers on KIP-848's consumer group protocol read the input meanwhile, committing as
-# they go, and must consume and commit all of it.
+# they go, and must consume and commit all of it. Last, kaas.ConsumerGroupFailover kills the
+# broker coordinating a KIP-848 group, which must go on with the same members at their epochs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 (cd ci/clients/go && go build -o ../../../target/franz-go-check .)
@@ -82,3 +83,6 @@ rm -f "$data.out" "$data.want"
 grep -h "copied exactly once" "$data.copier-franz"
 grep -h "group.protocol=consumer" "$data.copier-kip848"
 echo "TransactionalMessageCopier x3: $messages messages copied exactly once through $kills broker kills"
+
+# A KIP-848 group outlives its coordinator: the same members at the same epochs after it is killed.
+timeout 300 java -cp "$cp" kaas.ConsumerGroupFailover "$bootstrap" "${pids[@]}"

@@ -73,6 +73,15 @@ pub fn universe() -> Vec<(&'static str, Vec<String>)> {
             .to_vec(),
         ),
         ("log compaction", compaction),
+        (
+            "consumer groups (KIP-848) across a coordinator's take-over",
+            [
+                "groups: consumer group carried on by a new coordinator",
+                "groups: consumer member went on at its epoch after a take-over",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
     ]
 }
 

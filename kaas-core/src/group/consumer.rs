@@ -16,9 +16,11 @@
 //!     └─────────────────────────── UnreleasedPartitions ◀──────────────────── (epoch = target epoch)
 //! ```
 //! A member moves to the target's epoch only once it has revoked what it loses, so that a
-//! partition is owned by one member at a time. Members live in memory: a coordinator that
-//! restarts or moves answers UNKNOWN_MEMBER_ID, and the members join again (as the Java
-//! consumer does after a fence), keeping their committed offsets.
+//! partition is owned by one member at a time. What a new coordinator needs to carry the group
+//! on (epochs, members, what each owns and revokes, the target) is its `ConsumerGroupMetadata`,
+//! which the actor writes to the volume before it answers a heartbeat that changed it (as
+//! Apache's coordinator writes its records before answering): a coordinator that restarts or
+//! moves restores the group from it, and its members go on at their epochs.
 //!
 //! During an online migration (`migration`) members that speak the classic protocol live in
 //! the same group. They converge by the same rules; what differs is how they hear of it: a
@@ -33,12 +35,13 @@ use tokio::time::{Duration, Instant};
 
 use super::assignor::{self, Assignment, Subscriber, TopicId, TopicMetadata};
 use crate::error::{CoreError, CoreResult};
+use crate::hex;
 
 /// The member epoch of a leave, and of a static member's temporary leave.
 pub const LEAVE_EPOCH: i32 = -1;
 pub const STATIC_LEAVE_EPOCH: i32 = -2;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum MemberState {
     Stable,
     UnrevokedPartitions,
@@ -73,6 +76,8 @@ pub struct ConsumerMember {
     assignment_unsent: bool,
     /// Set for a member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat).
     pub classic: Option<ClassicMember>,
+    /// Restored by a new coordinator and not heard from since.
+    restored: bool,
 }
 
 /// What a member that speaks the classic protocol keeps (Apache's ClassicMemberMetadata): its
@@ -184,6 +189,7 @@ impl ConsumerMember {
             revocation_deadline: None,
             assignment_unsent: true,
             classic: None,
+            restored: false,
         }
     }
 
@@ -348,10 +354,14 @@ impl ConsumerGroup {
             if hb.member_epoch != member.member_epoch && !lost_answer {
                 return Err(CoreError::FencedMemberEpoch);
             }
+            if member.restored {
+                crate::reach("groups: consumer member went on at its epoch after a take-over");
+            }
             hb.member_id.clone()
         };
         let member = self.members.get_mut(&member_id).expect("joined or known");
         member.session_deadline = now + session;
+        member.restored = false;
         let mut changed = false;
         if let Some(names) = &hb.subscribed_topic_names {
             member.subscribed_topic_names = names.iter().cloned().collect();
@@ -787,28 +797,224 @@ impl ConsumerGroup {
 
     /// What every transition leaves true.
     pub fn check_invariants(&self) {
+        if let Some(broken) = self.broken_invariant() {
+            panic!("consumer group {}: {broken}", self.group_id);
+        }
+    }
+
+    /// The first invariant the group breaks, if any: asserted after every transition, and the
+    /// reason a group restored from the volume is refused rather than run.
+    fn broken_invariant(&self) -> Option<&'static str> {
         let mut seen = BTreeSet::new();
         for m in self.members.values() {
-            assert!(m.member_epoch <= self.group_epoch, "a member is never ahead of its group");
-            assert!(self.assignment_epoch <= self.group_epoch, "the target is never ahead of the group");
-            assert_eq!(
-                m.state == MemberState::UnrevokedPartitions,
-                !m.pending_revocation.is_empty(),
-                "a member revoking has something to revoke"
-            );
-            for p in partitions_of(&m.assigned).into_iter().chain(partitions_of(&m.pending_revocation)) {
-                assert!(seen.insert(p), "a partition is owned by one member at a time");
+            if m.member_epoch > self.group_epoch {
+                return Some("a member is never ahead of its group");
             }
-            assert!(
-                m.subscription.is_superset(&m.subscribed_topic_names),
-                "a member subscribes to the topics it names"
-            );
-            assert!(
-                m.subscribed_topic_regex.is_some() || m.subscription == m.subscribed_topic_names,
-                "without a regex, a member subscribes to the topics it names alone"
-            );
+            if self.assignment_epoch > self.group_epoch {
+                return Some("the target is never ahead of the group");
+            }
+            if (m.state == MemberState::UnrevokedPartitions) == m.pending_revocation.is_empty() {
+                return Some("a member revoking has something to revoke");
+            }
+            for p in partitions_of(&m.assigned).into_iter().chain(partitions_of(&m.pending_revocation)) {
+                if !seen.insert(p) {
+                    return Some("a partition is owned by one member at a time");
+                }
+            }
+            if !m.subscription.is_superset(&m.subscribed_topic_names) {
+                return Some("a member subscribes to the topics it names");
+            }
+            if m.subscribed_topic_regex.is_none() && m.subscription != m.subscribed_topic_names {
+                return Some("without a regex, a member subscribes to the topics it names alone");
+            }
         }
-        assert!(self.target.keys().all(|id| self.members.contains_key(id)), "targets are members'");
+        if !self.target.keys().all(|id| self.members.contains_key(id)) {
+            return Some("targets are members'");
+        }
+        None
+    }
+
+    /// The group as a new coordinator needs it (`ConsumerGroupMetadata`).
+    pub fn metadata(&self) -> ConsumerGroupMetadata {
+        ConsumerGroupMetadata {
+            group_epoch: self.group_epoch,
+            assignment_epoch: self.assignment_epoch,
+            members: self.members.values().map(MemberMetadata::of).collect(),
+            target: self.target.iter().map(|(id, a)| (id.clone(), PartitionsMetadata::of(a))).collect(),
+            subscribed_topics: self
+                .subscribed_topics
+                .values()
+                .map(|t| SubscribedTopic {
+                    topic_id: hex::encode(&t.topic_id),
+                    name: t.name.clone(),
+                    partitions: t.partitions,
+                })
+                .collect(),
+        }
+    }
+
+    /// The group a coordinator wrote (`metadata`), carried on by this one at `now`: every
+    /// member's session starts again (`session`, the broker's consumer session timeout), and a
+    /// member still revoking has its rebalance timeout again to finish. Each member is told its
+    /// assignment at its next heartbeat, whatever it was told before. Refused (with why) if the
+    /// record does not decode or breaks an invariant: the group is then formed anew.
+    pub fn restore(
+        group_id: String,
+        metadata: &ConsumerGroupMetadata,
+        session: Duration,
+        now: Instant,
+    ) -> Result<ConsumerGroup, String> {
+        let mut group = ConsumerGroup::new(group_id);
+        group.group_epoch = metadata.group_epoch;
+        group.assignment_epoch = metadata.assignment_epoch;
+        for m in &metadata.members {
+            let member = m.restore(now + session, now)?;
+            if group.members.insert(member.member_id.clone(), member).is_some() {
+                return Err(format!("member {} twice", m.member_id));
+            }
+        }
+        for (member_id, partitions) in &metadata.target {
+            group.target.insert(member_id.clone(), PartitionsMetadata::assignment(partitions)?);
+        }
+        for t in &metadata.subscribed_topics {
+            let topic_id = topic_id_of(&t.topic_id)?;
+            let topic = TopicMetadata { topic_id, name: t.name.clone(), partitions: t.partitions };
+            group.subscribed_topics.insert(t.name.clone(), topic);
+        }
+        match group.broken_invariant() {
+            Some(broken) => Err(broken.to_string()),
+            None => Ok(group),
+        }
+    }
+}
+
+/// A consumer group as its coordinator writes it to the volume (Apache keeps the same in its
+/// ConsumerGroupMetadata, member and target assignment records). Session deadlines are not in
+/// it: they are the coordinator's clock, and start again at a take-over.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConsumerGroupMetadata {
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub members: Vec<MemberMetadata>,
+    pub target: Vec<(String, Vec<PartitionsMetadata>)>,
+    pub subscribed_topics: Vec<SubscribedTopic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemberMetadata {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: BTreeSet<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub subscription: BTreeSet<String>,
+    pub server_assignor: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    pub state: MemberState,
+    pub assigned: Vec<PartitionsMetadata>,
+    pub pending_revocation: Vec<PartitionsMetadata>,
+    /// A member speaking the classic protocol: its session timeout and protocols (hex).
+    pub classic: Option<(i32, Vec<(String, String)>)>,
+}
+
+/// One topic's partitions of an assignment (topic id in hex).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PartitionsMetadata {
+    pub topic_id: String,
+    pub partitions: BTreeSet<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SubscribedTopic {
+    pub topic_id: String,
+    pub name: String,
+    pub partitions: i32,
+}
+
+fn topic_id_of(hex_id: &str) -> Result<TopicId, String> {
+    hex::decode(hex_id).and_then(|b| b.try_into().ok()).ok_or_else(|| format!("bad topic id {hex_id:?}"))
+}
+
+impl PartitionsMetadata {
+    fn of(a: &Assignment) -> Vec<PartitionsMetadata> {
+        a.iter().map(|(t, ps)| PartitionsMetadata { topic_id: hex::encode(t), partitions: ps.clone() }).collect()
+    }
+
+    fn assignment(topics: &[PartitionsMetadata]) -> Result<Assignment, String> {
+        topics.iter().map(|t| Ok((topic_id_of(&t.topic_id)?, t.partitions.clone()))).collect()
+    }
+}
+
+impl MemberMetadata {
+    fn of(m: &ConsumerMember) -> MemberMetadata {
+        MemberMetadata {
+            member_id: m.member_id.clone(),
+            instance_id: m.instance_id.clone(),
+            rack_id: m.rack_id.clone(),
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            subscribed_topic_names: m.subscribed_topic_names.clone(),
+            subscribed_topic_regex: m.subscribed_topic_regex.clone(),
+            subscription: m.subscription.clone(),
+            server_assignor: m.server_assignor.clone(),
+            rebalance_timeout_ms: m.rebalance_timeout_ms,
+            member_epoch: m.member_epoch,
+            previous_member_epoch: m.previous_member_epoch,
+            state: m.state,
+            assigned: PartitionsMetadata::of(&m.assigned),
+            pending_revocation: PartitionsMetadata::of(&m.pending_revocation),
+            classic: m.classic.as_ref().map(|c| {
+                let protocols = c.protocols.iter().map(|(name, meta)| (name.clone(), hex::encode(meta))).collect();
+                (c.session_timeout_ms, protocols)
+            }),
+        }
+    }
+
+    fn restore(&self, session_deadline: Instant, now: Instant) -> Result<ConsumerMember, String> {
+        let classic = match &self.classic {
+            None => None,
+            Some((session_timeout_ms, protocols)) => {
+                let protocols = protocols
+                    .iter()
+                    .map(|(name, meta)| hex::decode(meta).map(|b| (name.clone(), Bytes::from(b))))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| format!("member {}: bad protocol bytes", self.member_id))?;
+                Some(ClassicMember::new(*session_timeout_ms, protocols))
+            }
+        };
+        let pending_revocation = PartitionsMetadata::assignment(&self.pending_revocation)?;
+        let revocation_deadline = (!pending_revocation.is_empty())
+            .then(|| now + Duration::from_millis(self.rebalance_timeout_ms.max(1) as u64));
+        Ok(ConsumerMember {
+            member_id: self.member_id.clone(),
+            instance_id: self.instance_id.clone(),
+            rack_id: self.rack_id.clone(),
+            client_id: self.client_id.clone(),
+            client_host: self.client_host.clone(),
+            subscribed_topic_names: self.subscribed_topic_names.clone(),
+            subscribed_topic_regex: self.subscribed_topic_regex.clone(),
+            subscription: self.subscription.clone(),
+            server_assignor: self.server_assignor.clone(),
+            rebalance_timeout_ms: self.rebalance_timeout_ms.max(1),
+            member_epoch: self.member_epoch,
+            previous_member_epoch: self.previous_member_epoch,
+            state: self.state,
+            assigned: PartitionsMetadata::assignment(&self.assigned)?,
+            pending_revocation,
+            session_deadline: match &classic {
+                // A classic member's own session timeout.
+                Some(c) => now + Duration::from_millis(c.session_timeout_ms.max(1) as u64),
+                None => session_deadline,
+            },
+            revocation_deadline,
+            assignment_unsent: true,
+            classic,
+            restored: true,
+        })
     }
 }
 
@@ -878,6 +1084,48 @@ mod tests {
         assert_eq!(g.check_commit("b", 1), Err(CoreError::StaleMemberEpoch));
         assert_eq!(g.check_commit("b", 3), Err(CoreError::FencedMemberEpoch));
         assert_eq!(g.check_commit("", -1), Err(CoreError::UnknownMemberId), "not while it has members");
+    }
+
+    #[test]
+    fn a_group_restored_from_its_metadata_goes_on_where_it_was() {
+        let now = start();
+        let mut g = ConsumerGroup::new("g".into());
+        join(&mut g, "a", now);
+        join(&mut g, "b", now);
+        let a = beat(&mut g, "a", 1, None, now).unwrap();
+        assert_eq!(count(&a.assignment), 2, "a is revoking two of its four");
+        // Through the volume's encoding, as a new coordinator reads it.
+        let json = serde_json::to_vec(&g.metadata()).unwrap();
+        let meta: ConsumerGroupMetadata = serde_json::from_slice(&json).unwrap();
+        assert_eq!(meta, g.metadata());
+        let later = now + Duration::from_secs(100);
+        let mut r = ConsumerGroup::restore("g".into(), &meta, Duration::from_secs(45), later).unwrap();
+        assert_eq!((r.group_epoch, r.state_name()), (2, "Reconciling"));
+        assert!(r.members["a"].restored);
+        // Sessions start again at the take-over: nobody expired for the time the group was unowned.
+        r.tick(later + Duration::from_secs(1));
+        assert_eq!(r.members.len(), 2);
+        // a is told its assignment again, confirms the revocation, and b takes what it gave up.
+        let a2 = beat(&mut r, "a", 1, None, later).unwrap();
+        assert_eq!(count(&a2.assignment), 2, "a restored member hears its assignment again");
+        assert!(!r.members["a"].restored, "the first heartbeat it takes is the one that goes on");
+        assert_eq!(beat(&mut r, "a", 1, a2.assignment.clone(), later).unwrap().member_epoch, 2);
+        let b = beat(&mut r, "b", 2, Some(Assignment::new()), later).unwrap();
+        assert_eq!(count(&b.assignment), 2);
+        assert_eq!(r.state_name(), "Stable");
+        // A record that breaks an invariant is refused, not run.
+        let mut broken = meta.clone();
+        broken.members[1].assigned = broken.members[0].assigned.clone();
+        assert!(ConsumerGroup::restore("g".into(), &broken, Duration::from_secs(45), later).is_err());
+        let mut bad_id = meta;
+        bad_id.members[0].assigned[0].topic_id = "zz".into();
+        assert!(ConsumerGroup::restore("g".into(), &bad_id, Duration::from_secs(45), later).is_err());
+        // The revocation deadline starts again too: a, still revoking in the record, has 30 s.
+        let mut again = ConsumerGroup::restore("g".into(), &g.metadata(), Duration::from_secs(45), later).unwrap();
+        again.tick(later + Duration::from_secs(29));
+        assert!(again.members.contains_key("a"));
+        again.tick(later + Duration::from_secs(31));
+        assert!(!again.members.contains_key("a"), "fenced for not revoking within its timeout");
     }
 
     #[test]

@@ -80,9 +80,13 @@ impl<E: Env> GroupCoordinator<E> {
                 let _ = reply.send(Err(CoreError::GroupIdNotFound));
             }
             ConsumerCommand::Heartbeat { group_id, heartbeat, topics, reply } => {
-                let _ = reply.send(self.consumer_heartbeat(&group_id, *heartbeat, &topics, now).await);
+                let answer = self.consumer_heartbeat(&group_id, *heartbeat, &topics, now).await;
                 // Only a leave can leave every member classic.
                 self.maybe_downgrade(&group_id, true, now);
+                // Durable before it is answered, as Apache's records are: a new coordinator
+                // never knows less than a member was told.
+                let answer = self.persist_consumer_group(&group_id).await.and(answer);
+                let _ = reply.send(answer);
             }
             ConsumerCommand::Describe(group_id, reply) => {
                 let _ = reply.send(Ok(self.consumer_groups.get(&group_id).cloned()));
@@ -126,9 +130,9 @@ impl<E: Env> GroupCoordinator<E> {
                 })?
             }
             None if heartbeat.member_epoch != 0 && !self.consumer_groups.contains_key(group_id) => {
-                // Only a join makes a group. Apache answers GROUP_ID_NOT_FOUND here; kaas keeps
-                // consumer-protocol members in memory, so a member of a group this coordinator
-                // no longer knows (it restarted, or took the group over) is told to join again.
+                // Only a join makes a group. Apache answers GROUP_ID_NOT_FOUND here; a member of
+                // a group this coordinator does not know (deleted, or its state refused at a
+                // take-over) is told to join again, as the Java consumer does after a fence.
                 return Err(CoreError::UnknownMemberId);
             }
             // A join refused leaves no group behind.

@@ -429,6 +429,21 @@ impl<E: Env> GroupCoordinator<E> {
             tracing::info!(group = group_id, epoch = claimed.epoch, "took over share group");
             return Ok(());
         }
+        if let Some(metadata) = self.offsets.consumer_group(group_id) {
+            let session = Duration::from_millis(self.config.group_consumer_session_timeout_ms.max(1) as u64);
+            match ConsumerGroup::restore(group_id.to_string(), metadata, session, now) {
+                // Carried on: its members keep their ids, epochs and assignments.
+                Ok(group) => {
+                    crate::reach("groups: consumer group carried on by a new coordinator");
+                    self.consumer_groups.insert(group_id.to_string(), group);
+                    tracing::info!(group = group_id, epoch = claimed.epoch, "took over consumer group");
+                    return Ok(());
+                }
+                Err(why) => {
+                    tracing::warn!(group = group_id, why, "consumer group state refused: its members join again")
+                }
+            }
+        }
         let delay = self.config.group_initial_rebalance_delay_ms;
         let restored =
             self.offsets.membership(group_id).and_then(|m| Group::restore(group_id.to_string(), delay, m, now));
@@ -547,8 +562,11 @@ impl<E: Env> GroupCoordinator<E> {
                     continue;
                 }
                 _ = self.env.clock().sleep_until(deadline) => {
-                    self.tick();
+                    let changed = self.tick();
                     self.persist_memberships().await;
+                    for group_id in changed {
+                        let _ = self.persist_consumer_group(&group_id).await;
+                    }
                     continue;
                 }
             };
@@ -559,8 +577,58 @@ impl<E: Env> GroupCoordinator<E> {
                 command.refuse(e);
                 continue;
             }
+            let group_id = command.group_id();
             self.handle(command).await;
             self.persist_memberships().await;
+            if let Some(group_id) = group_id {
+                // Heartbeats wrote theirs before answering; this is for the rest: deletes, and
+                // classic members of a consumer group, answered before the write (a take-over
+                // in between finds them a generation ahead: fenced, they join again).
+                let _ = self.persist_consumer_group(&group_id).await;
+            }
+        }
+    }
+
+    /// Writes a consumer group's state if it changed since it was last written (None once it
+    /// is no consumer group: downgraded or deleted), so that a new coordinator carries it on.
+    /// If the write fails, the group goes back to what was last written (as Apache reverts
+    /// its in-memory state when a write to its log fails) and the caller answers an error, so
+    /// no member acts on what a new coordinator would not know.
+    pub(super) async fn persist_consumer_group(&mut self, group_id: &str) -> CoreResult<()> {
+        if self.ownership.held(group_id).is_none() {
+            return Ok(());
+        }
+        let metadata = self.consumer_groups.get(group_id).map(ConsumerGroup::metadata);
+        if self.offsets.consumer_group(group_id) == metadata.as_ref() {
+            return Ok(());
+        }
+        let written = metadata.is_some();
+        let Err(e) = self.offsets.set_consumer_group(group_id, metadata).await else {
+            return Ok(());
+        };
+        tracing::warn!(group = %group_id, error = %e, "cannot persist the consumer group: back to its last state");
+        // A group gone (downgraded, deleted) stays gone; its record is rewritten at the next change.
+        if written {
+            self.revert_consumer_group(group_id);
+        }
+        Err(CoreError::CoordinatorNotAvailable)
+    }
+
+    /// The consumer group as it was last written (none if it never was).
+    fn revert_consumer_group(&mut self, group_id: &str) {
+        let now = self.env.clock().monotonic();
+        let session = Duration::from_millis(self.config.group_consumer_session_timeout_ms.max(1) as u64);
+        let last = self
+            .offsets
+            .consumer_group(group_id)
+            .map(|m| ConsumerGroup::restore(group_id.to_string(), m, session, now));
+        match last {
+            Some(Ok(group)) => {
+                self.consumer_groups.insert(group_id.to_string(), group);
+            }
+            _ => {
+                self.consumer_groups.remove(group_id);
+            }
         }
     }
 
@@ -581,7 +649,8 @@ impl<E: Env> GroupCoordinator<E> {
         }
     }
 
-    fn tick(&mut self) {
+    /// Expiries and timers; answers the consumer groups that changed (to be written).
+    fn tick(&mut self) -> Vec<String> {
         let now = self.env.clock().monotonic();
         let mut replies = Vec::new();
         for group in self.groups.values_mut() {
@@ -590,16 +659,21 @@ impl<E: Env> GroupCoordinator<E> {
             group.check_invariants();
             replies.extend(group_replies.into_iter().map(|r| (group.group_id.clone(), r)));
         }
+        let mut changed = Vec::new();
         for group in self.consumer_groups.values_mut() {
+            let epoch = group.group_epoch;
             group.tick(now);
+            if group.group_epoch != epoch {
+                changed.push(group.group_id.clone());
+            }
         }
         self.tick_share_groups(now);
         self.deliver(replies);
-        let ids: Vec<String> = self.consumer_groups.keys().cloned().collect();
-        for group_id in ids {
+        for group_id in &changed {
             // Only an expiry can leave every member classic.
-            self.maybe_downgrade(&group_id, true, now);
+            self.maybe_downgrade(group_id, true, now);
         }
+        changed
     }
 
     fn deliver(&mut self, replies: Vec<(String, Reply)>) {

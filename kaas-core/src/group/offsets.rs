@@ -15,6 +15,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::TopicPartition;
+use super::consumer::ConsumerGroupMetadata;
 use super::state::GroupMetadata;
 use crate::env::{Volume, join};
 use crate::error::{CoreError, CoreResult};
@@ -45,6 +46,10 @@ struct GroupOffsetsFile {
     /// its first member on, across restarts, and its epoch never goes back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     share_epoch: Option<i32>,
+    /// A consumer group's (KIP-848) epochs, members and assignments, as of its last change
+    /// (absent: no consumer group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    consumer: Option<ConsumerGroupMetadata>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -63,6 +68,7 @@ struct GroupOffsets {
     pending: BTreeMap<i64, BTreeMap<TopicPartition, CommittedOffset>>,
     membership: Option<GroupMetadata>,
     share_epoch: Option<i32>,
+    consumer: Option<ConsumerGroupMetadata>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -129,6 +135,7 @@ impl<V: Volume> OffsetStore<V> {
             pending: BTreeMap::new(),
             membership: file.membership,
             share_epoch: file.share_epoch,
+            consumer: file.consumer,
         };
         for e in file.pending {
             offsets.pending.entry(e.producer_id).or_default().insert((e.topic, e.partition), e.committed);
@@ -153,7 +160,8 @@ impl<V: Volume> OffsetStore<V> {
             && (!offsets.committed.is_empty()
                 || !offsets.pending.is_empty()
                 || offsets.membership.is_some()
-                || offsets.share_epoch.is_some())
+                || offsets.share_epoch.is_some()
+                || offsets.consumer.is_some())
         {
             self.persist(group_id, &offsets).await?;
         }
@@ -178,12 +186,26 @@ impl<V: Volume> OffsetStore<V> {
 
     /// Makes the group's membership durable (a no-op if it is already what the file holds).
     pub async fn set_membership(&mut self, group_id: &str, membership: Option<GroupMetadata>) -> CoreResult<()> {
-        let current = self.groups.get(group_id).and_then(|g| g.membership.as_ref());
-        if current == membership.as_ref() && !self.uncertain.contains(group_id) {
+        self.set(group_id, membership, |g| &mut g.membership).await
+    }
+
+    /// Makes one part of the group's file `value`, unless it already is and the file is known to
+    /// hold it.
+    async fn set<T: PartialEq>(
+        &mut self,
+        group_id: &str,
+        value: T,
+        part: fn(&mut GroupOffsets) -> &mut T,
+    ) -> CoreResult<()> {
+        let same = match self.groups.get_mut(group_id) {
+            Some(g) => *part(g) == value,
+            None => *part(&mut GroupOffsets::default()) == value,
+        };
+        if same && !self.uncertain.contains(group_id) {
             return Ok(());
         }
         let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
-        next.membership = membership;
+        *part(&mut next) = value;
         self.persist(group_id, &next).await?;
         self.groups.insert(group_id.to_string(), next);
         Ok(())
@@ -196,15 +218,21 @@ impl<V: Volume> OffsetStore<V> {
 
     /// Makes a share group's epoch durable (None: the group is no share group any more).
     pub async fn set_share_epoch(&mut self, group_id: &str, share_epoch: Option<i32>) -> CoreResult<()> {
-        let current = self.groups.get(group_id).and_then(|g| g.share_epoch);
-        if current == share_epoch && !self.uncertain.contains(group_id) {
-            return Ok(());
-        }
-        let mut next = self.groups.get(group_id).cloned().unwrap_or_default();
-        next.share_epoch = share_epoch;
-        self.persist(group_id, &next).await?;
-        self.groups.insert(group_id.to_string(), next);
-        Ok(())
+        self.set(group_id, share_epoch, |g| &mut g.share_epoch).await
+    }
+
+    /// A consumer group as last written (None: no consumer group).
+    pub fn consumer_group(&self, group_id: &str) -> Option<&ConsumerGroupMetadata> {
+        self.groups.get(group_id)?.consumer.as_ref()
+    }
+
+    /// Makes a consumer group's state durable (None: no consumer group any more).
+    pub async fn set_consumer_group(
+        &mut self,
+        group_id: &str,
+        consumer: Option<ConsumerGroupMetadata>,
+    ) -> CoreResult<()> {
+        self.set(group_id, consumer, |g| &mut g.consumer).await
     }
 
     /// Whether the group has offsets (committed or staged).
@@ -303,6 +331,7 @@ impl<V: Volume> OffsetStore<V> {
                 .collect(),
             membership: offsets.membership.clone(),
             share_epoch: offsets.share_epoch,
+            consumer: offsets.consumer.clone(),
         };
         let raw = serde_json::to_vec(&file).expect("serialisable");
         let epoch = self.epochs.get(group_id).copied().unwrap_or(0);

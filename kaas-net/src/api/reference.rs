@@ -149,7 +149,7 @@ const NOTES: &[(i16, &str)] = &[
     (66, "v2: the transactional id pattern must match the whole id (RE2 syntax)"),
     (
         68,
-        "KIP-848: server-side `uniform` and `range` assignors; subscription by topic names or by a regular expression (RE2 syntax, the whole name, resolved again at every heartbeat of the group, so a topic created later joins); classic and consumer-protocol members in one group during an online migration; members are held in memory, so after a coordinator restart or move they join again",
+        "KIP-848: server-side `uniform` and `range` assignors; subscription by topic names or by a regular expression (RE2 syntax, the whole name, resolved again at every heartbeat of the group, so a topic created later joins); classic and consumer-protocol members in one group during an online migration; the group (members, epochs, assignments, target) is written with its offsets before a heartbeat is answered, so a new coordinator carries it on and members keep their epochs",
     ),
     (69, "KIP-848: members, assignments and target assignments"),
     (
