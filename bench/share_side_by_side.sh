@@ -18,18 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 records=${RECORDS:-200000}
 rounds=${ROUNDS:-1}
-dir=${BENCH_DIR:-$(mktemp -d)}
-mkdir -p "$dir"
-cargo build --release -p kaas-server >&2
-cp=$(bash ci/clients/java/build.sh)
-tool() { java -cp "$cp" "$@"; }
-free_port() { python3 -c 'import socket
-while True:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    t = socket.socket()
-    try:
-        t.bind(("127.0.0.1", p + 1)); t.close(); print(p); break
-    except OSError: pass'; }
+source bench/common.sh
 
 results=$dir/results.tsv
 : > "$results"
@@ -41,7 +30,7 @@ run_one() {
   port=$(free_port)
   data=$dir/$target-$round
   case $target in
-    kaas) target/release/kaas serve --data-dir "$data" --listen "127.0.0.1:$port" \
+    kaas) "$KAAS" serve --data-dir "$data" --listen "127.0.0.1:$port" \
             --set group.initial.rebalance.delay.ms=0 > "$data.log" 2>&1 & ;;
     apache) ci/apache/kafka.sh "$port" "$data" > /dev/null 2>&1 & ;;
     apache-flush) ci/apache/kafka.sh "$port" "$data" log.flush.interval.messages=1 > /dev/null 2>&1 & ;;
@@ -67,7 +56,7 @@ run_one() {
       --alter --add-config share.auto.offset.reset=earliest > /dev/null 2>&1
     local start end
     start=$(date +%s%N)
-    out=$(target/release/kaas share-copy --bootstrap "$b" --group "copy-$round" --input "$topic" --output "$topic-copy" \
+    out=$("$KAAS" share-copy --bootstrap "$b" --group "copy-$round" --input "$topic" --output "$topic-copy" \
       --transactional-id "copy-$round" --max-records "$records" --idle-exit-ms 5000 | grep '^done:')
     end=$(date +%s%N)
     # The copier waits out 5 s of idleness before it stops: not part of the copy.

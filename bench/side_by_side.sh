@@ -19,18 +19,7 @@ cd "$(dirname "$0")/.."
 records=${RECORDS:-200000}
 rounds=${ROUNDS:-1}
 txn_seconds=${SECONDS_TXN:-15}
-dir=${BENCH_DIR:-$(mktemp -d)}
-mkdir -p "$dir"
-cargo build --release -p kaas-server >&2
-cp=$(bash ci/clients/java/build.sh)
-tool() { java -cp "$cp" "$@"; }
-free_port() { python3 -c 'import socket
-while True:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    t = socket.socket()
-    try:
-        t.bind(("127.0.0.1", p + 1)); t.close(); print(p); break
-    except OSError: pass'; }
+source bench/common.sh
 
 fsync_ceiling=$(python3 - "$dir" <<'PY'
 import os, sys, time
@@ -58,7 +47,7 @@ run_one() {
   data=$dir/$target-$round
   start=$(date +%s%N)
   case $target in
-    kaas) target/release/kaas serve --data-dir "$data" --listen "127.0.0.1:$port" \
+    kaas) "$KAAS" serve --data-dir "$data" --listen "127.0.0.1:$port" \
             --set group.initial.rebalance.delay.ms=0 > "$data.log" 2>&1 & ;;
     apache) ci/apache/kafka.sh "$port" "$data" > /dev/null 2>&1 & ;;
     apache-flush) ci/apache/kafka.sh "$port" "$data" log.flush.interval.messages=1 > /dev/null 2>&1 & ;;

@@ -11,18 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 records=${RECORDS:-100000}
-dir=${BENCH_DIR:-$(mktemp -d)}
-mkdir -p "$dir"
-cargo build --release -p kaas-server >&2
-cp=$(bash ci/clients/java/build.sh)
-tool() { java -cp "$cp" "$@"; }
-free_port() { python3 -c 'import socket
-while True:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    t = socket.socket()
-    try:
-        t.bind(("127.0.0.1", p + 1)); t.close(); print(p); break
-    except OSError: pass'; }
+source bench/common.sh
 
 # A CA and a broker certificate for localhost, the broker's key and chain in one PEM file.
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/ca.key" -out "$dir/ca.pem" -days 2 -subj "/CN=kaas-bench-ca" 2>/dev/null
@@ -44,7 +33,7 @@ run_one() {
   ssl=$(free_port)
   data=$dir/$target
   case $target in
-    kaas) target/release/kaas serve --data-dir "$data" --set "listeners=PLAINTEXT://127.0.0.1:$plain,SSL://127.0.0.1:$ssl" \
+    kaas) "$KAAS" serve --data-dir "$data" --set "listeners=PLAINTEXT://127.0.0.1:$plain,SSL://127.0.0.1:$ssl" \
             --set "ssl.keystore.location=$dir/keystore.pem" --set group.initial.rebalance.delay.ms=0 > "$data.log" 2>&1 & ;;
     apache) ci/apache/kafka.sh "$plain" "$data" \
               "listeners=PLAINTEXT://127.0.0.1:$plain,CONTROLLER://127.0.0.1:$((plain + 1)),SSL://127.0.0.1:$ssl" \
