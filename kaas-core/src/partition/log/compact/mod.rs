@@ -68,11 +68,18 @@ impl MapBuilder {
             self.map.skip_to(header.next_offset());
             return Ok(true);
         }
-        let keys: Vec<_> = raw::records(header, data)?
-            .into_iter()
-            .filter_map(|r| r.key.map(|k| (offset_map::digest(&k), r.offset)))
-            .collect();
-        Ok(self.map.add_batch(&keys, header.next_offset()))
+        // The header's count bounds the batch's keys: room for it is room for them.
+        if !self.map.has_room_for(usize::try_from(header.records_count).unwrap_or(usize::MAX)) {
+            return Ok(false);
+        }
+        let map = &mut self.map;
+        raw::keys(header, data, |key, offset| {
+            if let Some(key) = key {
+                map.insert(offset_map::digest(key), offset);
+            }
+        })?;
+        self.map.close_batch(header.next_offset());
+        Ok(true)
     }
 
     pub fn finish(self) -> OffsetMap {

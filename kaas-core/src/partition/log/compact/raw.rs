@@ -7,6 +7,8 @@
 //! its records unchanged. Only the count, the newest timestamp, the compressed bytes and the CRC
 //! are new. Headers, duplicate header keys and all, are never decoded.
 
+use std::ops::Range;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{self as codec, Compressor, Decompressor};
 
@@ -30,12 +32,44 @@ const CRC_START: usize = 21;
 /// The records of one CRC-checked batch, decompressed. An error names what did not parse: a
 /// batch that passed its CRC and does not parse was written broken, and is reported, not guessed.
 pub fn records(header: &BatchHeader, batch: &Bytes) -> Result<Vec<RawRecord>, String> {
+    let mut out = Vec::with_capacity(usize::try_from(header.records_count).unwrap_or(0));
+    walk(header, batch, |plain, r| {
+        out.push(RawRecord {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key.map(|k| plain.slice(k)),
+            tombstone: r.tombstone,
+            bytes: plain.slice(r.span),
+        })
+    })?;
+    Ok(out)
+}
+
+/// Each record's key (None: a record without one) and offset, as `records` reads them, without
+/// holding any of them: what the offset map is built from.
+pub fn keys(header: &BatchHeader, batch: &Bytes, mut each: impl FnMut(Option<&[u8]>, i64)) -> Result<(), String> {
+    walk(header, batch, |plain, r| each(r.key.map(|k| &plain[k]), r.offset))
+}
+
+/// Where one record lies in its batch's decompressed records.
+struct Located {
+    offset: i64,
+    timestamp: i64,
+    key: Option<Range<usize>>,
+    tombstone: bool,
+    /// The whole record, its length prefix included.
+    span: Range<usize>,
+}
+
+/// Decompresses the batch and hands each record to `each`, with the decompressed records it
+/// lies in; checks that the count is the header's.
+fn walk(header: &BatchHeader, batch: &Bytes, mut each: impl FnMut(&Bytes, Located)) -> Result<(), String> {
     if header.total_len() > batch.len() || header.total_len() < HEADER_LEN {
         return Err(format!("a batch of {} bytes whose header says {}", batch.len(), header.total_len()));
     }
     let section = batch.slice(HEADER_LEN..header.total_len());
     let plain = decompress(header.attributes & COMPRESSION_MASK, section)?;
-    let mut out = Vec::with_capacity(usize::try_from(header.records_count).unwrap_or(0));
+    let mut count = 0usize;
     let mut at = 0;
     while at < plain.len() {
         let start = at;
@@ -48,26 +82,30 @@ pub fn records(header: &BatchHeader, batch: &Bytes) -> Result<Vec<RawRecord>, St
         let key_len = get_varint(body, &mut at).ok_or("key length")?;
         let key = match usize::try_from(key_len) {
             Ok(n) => {
-                let key = plain.slice(at..at.checked_add(n).filter(|&e| e <= end).ok_or("key past the record")?);
-                at += n;
+                let key = at..at.checked_add(n).filter(|&e| e <= end).ok_or("key past the record")?;
+                at = key.end;
                 Some(key)
             }
             Err(_) => None,
         };
         let value_len = get_varint(body, &mut at).ok_or("value length")?;
-        out.push(RawRecord {
-            offset: header.base_offset + offset_delta,
-            timestamp: header.base_timestamp.saturating_add(timestamp_delta),
-            key,
-            tombstone: value_len < 0,
-            bytes: plain.slice(start..end),
-        });
+        each(
+            &plain,
+            Located {
+                offset: header.base_offset + offset_delta,
+                timestamp: header.base_timestamp.saturating_add(timestamp_delta),
+                key,
+                tombstone: value_len < 0,
+                span: start..end,
+            },
+        );
+        count += 1;
         at = end;
     }
-    if out.len() != usize::try_from(header.records_count).unwrap_or(usize::MAX) {
-        return Err(format!("{} records where the header counts {}", out.len(), header.records_count));
+    if count != usize::try_from(header.records_count).unwrap_or(usize::MAX) {
+        return Err(format!("{count} records where the header counts {}", header.records_count));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The batch with only `kept` of its records (in order, from `records` of this batch), its header
