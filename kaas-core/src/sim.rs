@@ -135,10 +135,12 @@ pub enum Mutant {
     /// The log cleaner reads past the last stable offset: an open transaction's records count
     /// as newer values, and if it aborts, the value they hid is gone.
     CleanAboveLso,
+    /// The log cleaner never drops a tombstone, whatever its delete retention.
+    CleanKeepsTombstones,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 45] = [
+    pub const ALL: [Mutant; 46] = [
         Mutant::AckBeforeFsync,
         Mutant::SkipCrcOnRecovery,
         Mutant::HwmNotRestored,
@@ -184,6 +186,7 @@ impl Mutant {
         Mutant::CleanCommittedAsAborted,
         Mutant::CleanRemovesBeforeSwap,
         Mutant::CleanAboveLso,
+        Mutant::CleanKeepsTombstones,
     ];
 
     pub fn name(self) -> &'static str {
@@ -233,6 +236,7 @@ impl Mutant {
             Mutant::CleanCommittedAsAborted => "clean-committed-as-aborted",
             Mutant::CleanRemovesBeforeSwap => "clean-removes-before-swap",
             Mutant::CleanAboveLso => "clean-above-lso",
+            Mutant::CleanKeepsTombstones => "clean-keeps-tombstones",
         }
     }
 

@@ -19,6 +19,7 @@ pub const SPECS: &[MutantSpec] = &[
     // Only a crash at the cleaner's crash point, between the removal and the rename, loses it.
     MutantSpec { mutant: Mutant::CleanRemovesBeforeSwap, catches: &["last-value-lost"], scenarios: &["compaction"] },
     MutantSpec { mutant: Mutant::CleanAboveLso, catches: &["cleaned-above-lso"], scenarios: &["compaction"] },
+    MutantSpec { mutant: Mutant::CleanKeepsTombstones, catches: &["tombstone-kept"], scenarios: &["compaction"] },
     MutantSpec { mutant: Mutant::AckBeforeFsync, catches: &["lost-write"], scenarios: &["smoke", "idempotence"] },
     // Only smoke's padded values make batches span several disk blocks, so that a torn write
     // can keep a batch's header and lose part of its body.

@@ -13,6 +13,9 @@
 //! - last-value-lost: the same for a value written outside any transaction;
 //! - active-segment-cleaned: a committed record in the active segment (which no pass may touch)
 //!   is gone.
+//!
+//! The scenario adds a liveness class of its own (`scenarios::compaction`): tombstone-kept, a
+//! tombstone still read long after its delete retention ran out and passes cleaned its segment.
 
 use std::collections::BTreeMap;
 

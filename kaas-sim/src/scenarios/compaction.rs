@@ -9,6 +9,10 @@
 //! At the end every partition is read read_committed and `checkers::compaction` holds it to
 //! the writes: no record moved, invented or resurrected from an aborted transaction, each key's
 //! last committed value there (or something newer of its key), the active segment untouched.
+//! Then, in worlds whose `delete.retention.ms` can run out within the run, a filler of a key of
+//! its own closes the segments the tombstones lie in and makes the log dirty again, round after
+//! round, until the tombstones are gone, as they must be once a pass has cleaned them and their
+//! retention ran out (tombstone-kept otherwise).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,6 +38,12 @@ const SIM_SECONDS_MAX: u64 = 900;
 const LIVENESS_MS: u64 = 90_000;
 /// How long the final read waits for every transaction to end.
 const SETTLE_MS: u64 = 60_000;
+/// Rounds of fillers, each followed by the retention and a few of the cleaner's turns, before a
+/// tombstone still there is one kept for good; more where a tiny offset map makes passes short
+/// (a pass may cover one batch: a round has three passes at least).
+const TOMBSTONE_ROUNDS: usize = 6;
+/// The longest `delete.retention.ms` whose tombstones the run waits to see go.
+const TOMBSTONE_WAIT_MAX_MS: i64 = 5000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Compaction {
@@ -143,7 +153,10 @@ impl World for Compaction {
         let state = Shared2::default();
         let workload = workload(self.clone(), world.clone(), txns.clone(), state.clone(), run.volume.clone());
         run.sim.client("clients", workload);
-        let progress = || txns.lock().unwrap().ended + state.lock().unwrap().plain_acked;
+        let progress = || {
+            let state = state.lock().unwrap();
+            txns.lock().unwrap().ended + state.plain_acked + state.fillers_acked
+        };
         let mut violations = run.drive(&self.common, progress, LIVENESS_MS);
         violations.extend(world.lock().unwrap().violations.iter().cloned());
         if violations.is_empty() {
@@ -156,6 +169,7 @@ impl World for Compaction {
                 }
             }
             violations = compaction_check::check(&writes, &state.finals);
+            violations.extend(state.tombstones_kept.iter().cloned());
         }
         run.finish("compaction", seed, violations)
     }
@@ -167,6 +181,9 @@ struct State {
     plain: Vec<Write>,
     plain_acked: usize,
     finals: BTreeMap<i32, FinalLog>,
+    fillers_acked: usize,
+    /// tombstone-kept violations of the liveness rounds.
+    tombstones_kept: Vec<String>,
 }
 
 type Shared2 = std::sync::Arc<std::sync::Mutex<State>>;
@@ -291,7 +308,66 @@ async fn workload(
         let active_base = before.filter(|&b| Some(b) == after);
         state.lock().unwrap().finals.insert(partition, FinalLog { records, active_base });
     }
+    if t.delete_retention_ms <= TOMBSTONE_WAIT_MAX_MS {
+        let kept = tombstones_go(&t, &world, &state).await;
+        state.lock().unwrap().tombstones_kept = kept;
+    }
     Ok(())
+}
+
+/// The liveness rounds: fillers (one key of their own; every other round enough to fill two
+/// segments, so the tombstones' segments close, else one) on every partition, then the
+/// retention and a few cleaner turns, until no tombstone written before the first filler is
+/// read. Answers what is still there after the last round.
+async fn tombstones_go(t: &Compaction, world: &Shared, state: &Shared2) -> Vec<String> {
+    let mut client = workloads::client(world, "fillers");
+    // Where each partition's fillers begin: every tombstone below was written by the run.
+    let mut below: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut rounds = TOMBSTONE_ROUNDS;
+    let mut kept = Vec::new();
+    let mut round = 0;
+    while round < rounds {
+        let fillers = if round % 2 == 0 { 2 * t.segment_bytes as usize / 60 + 2 } else { 1 };
+        for partition in 0..t.partitions {
+            for n in 0..fillers {
+                let id = value("fill", &format!("p{partition}-r{round}-{n}"), false);
+                let offset = loop {
+                    match client.produce_messages(TOPIC, partition, &[message_of(&id)], common::now_ms()).await {
+                        Outcome::Ok(offset) => break offset,
+                        _ => backoff().await,
+                    }
+                };
+                below.entry(partition).or_insert(offset);
+                state.lock().unwrap().fillers_acked += 1;
+            }
+        }
+        if round == 0 {
+            let batches = below.values().max().copied().unwrap_or(0);
+            rounds = rounds.max(TOMBSTONE_ROUNDS + usize::try_from(batches / 3).unwrap_or(0));
+        }
+        let wait = t.delete_retention_ms as u64 + 3 * t.cleaner_backoff_ms + 2000;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        kept.clear();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(SETTLE_MS);
+        for (&partition, &below) in &below {
+            let Ok(records) = read_all(&mut client, partition, deadline).await else { continue };
+            for r in records.iter().filter(|r| r.tombstone && r.offset < below) {
+                kept.push(format!(
+                    "tombstone-kept: p{partition} {}'s tombstone at {} is there after {} rounds of \
+                     {} ms past its delete.retention.ms",
+                    r.key,
+                    r.offset,
+                    round + 1,
+                    wait
+                ));
+            }
+        }
+        if kept.is_empty() {
+            break;
+        }
+        round += 1;
+    }
+    kept
 }
 
 /// The base offset of the partition's active segment: its newest `.log` file.

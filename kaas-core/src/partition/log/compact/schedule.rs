@@ -79,7 +79,7 @@ pub fn cleanable(
     let horizon = now_ms.saturating_sub(c.delete_retention_ms);
     let mut drop_deletes_below = log_start_offset;
     for s in closed {
-        if s.next_offset > first_dirty || s.max_timestamp >= horizon {
+        if s.next_offset > first_dirty || s.max_timestamp >= horizon || crate::mutant!(CleanKeepsTombstones) {
             break;
         }
         drop_deletes_below = drop_deletes_below.max(s.next_offset);
