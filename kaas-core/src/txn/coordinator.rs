@@ -416,6 +416,10 @@ impl<E: Env> TxnCoordinator<E> {
             (Err(_), Ok(())) => Err(CoreError::CoordinatorNotAvailable),
             (_, result) => result,
         };
+        // A bump some live peer did not take is answered once that peer's fence watcher must
+        // have read it from the slot files: until then a zombie's idempotent batch there (which
+        // KIP-890 verification does not cover) could still be taken at the old epoch.
+        let mut answer_at = None;
         for action in after {
             match action {
                 After::Ids(reply, result) => {
@@ -423,11 +427,25 @@ impl<E: Env> TxnCoordinator<E> {
                         (Err(_), Ok(_)) => Err(CoreError::CoordinatorNotAvailable),
                         (_, result) => result,
                     };
-                    let _ = reply.send(result);
+                    match answer_at {
+                        Some(at) if result.is_ok() => {
+                            let env = self.env.clone();
+                            self.env.spawner().spawn("txn-fenced-answer", async move {
+                                env.clock().sleep_until(at).await;
+                                let _ = reply.send(result);
+                            });
+                        }
+                        _ => drop(reply.send(result)),
+                    }
                 }
                 After::Reply(reply, result) => drop(reply.send(failed(result))),
                 After::Fence(..) | After::Dispatch(_) if flushed.is_err() => {}
-                After::Fence(producer_id, producer_epoch) => self.fence(producer_id, producer_epoch).await,
+                After::Fence(producer_id, producer_epoch) => {
+                    if !self.fence(producer_id, producer_epoch).await {
+                        let watch = self.config.broker_heartbeat_interval_ms + self.config.broker_lease_drift_margin_ms;
+                        answer_at = Some(self.env.clock().monotonic() + Duration::from_millis(watch));
+                    }
+                }
                 After::Dispatch(entry) => self.dispatch(entry),
                 After::Park(id, reply) if flushed.is_ok() => self.waiting.entry(id).or_default().push(reply),
                 After::Park(_, reply) => drop(reply.send(Err(CoreError::CoordinatorNotAvailable))),
@@ -811,10 +829,11 @@ impl<E: Env> TxnCoordinator<E> {
     /// transaction ever writes there: here, and on every live peer (fast path). A peer that
     /// does not answer in time learns it from the slot files (`watch_fences`) within a
     /// heartbeat, and a partition's next owner from those files when its broker starts.
-    async fn fence(&self, producer_id: i64, producer_epoch: i16) {
+    /// Answers whether every live peer took it.
+    async fn fence(&self, producer_id: i64, producer_epoch: i16) -> bool {
         fence_everywhere(&self.topics, Arc::new(BTreeMap::from([(producer_id, producer_epoch)]))).await;
         if crate::mutant!(FenceNotSentToPeers) {
-            return;
+            return true;
         }
         let view = self.membership.view();
         let mut asked = Vec::new();
@@ -822,17 +841,23 @@ impl<E: Env> TxnCoordinator<E> {
             asked.push(self.peers.queue_fence(to, producer_id, producer_epoch).await);
         }
         let deadline = self.env.clock().monotonic() + Duration::from_millis(FENCE_WAIT_MS);
+        let mut all_took = true;
         for answer in asked {
             tokio::select! {
                 biased;
                 answered = answer => {
                     if !matches!(answered, Ok(Ok(()))) {
                         tracing::debug!(producer_id, producer_epoch, ?answered, "a peer did not take a fence; its watcher will");
+                        all_took = false;
                     }
                 }
-                _ = self.env.clock().sleep_until(deadline) => break,
+                _ = self.env.clock().sleep_until(deadline) => {
+                    all_took = false;
+                    break;
+                }
             }
         }
+        all_took
     }
 }
 
