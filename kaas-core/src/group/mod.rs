@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Duration;
+use tokio::time::{Duration, Instant};
 
 use crate::cluster::ownership::Ownership;
 use crate::cluster::{ClusterView, Kind, MembershipHandle, group_key};
@@ -429,9 +429,8 @@ impl<E: Env> GroupCoordinator<E> {
             tracing::info!(group = group_id, epoch = claimed.epoch, "took over share group");
             return Ok(());
         }
-        if let Some(metadata) = self.offsets.consumer_group(group_id) {
-            let session = Duration::from_millis(self.config.group_consumer_session_timeout_ms.max(1) as u64);
-            match ConsumerGroup::restore(group_id.to_string(), metadata, session, now) {
+        if let Some(restored) = self.stored_consumer_group(group_id, now) {
+            match restored {
                 // Carried on: its members keep their ids, epochs and assignments.
                 Ok(group) => {
                     crate::reach("groups: consumer group carried on by a new coordinator");
@@ -614,15 +613,17 @@ impl<E: Env> GroupCoordinator<E> {
         Err(CoreError::CoordinatorNotAvailable)
     }
 
+    /// The consumer group as it was last written, carried on from `now` (None: it never was;
+    /// an error: the record is refused).
+    fn stored_consumer_group(&self, group_id: &str, now: Instant) -> Option<Result<ConsumerGroup, String>> {
+        let session = Duration::from_millis(self.config.group_consumer_session_timeout_ms.max(1) as u64);
+        let metadata = self.offsets.consumer_group(group_id)?;
+        Some(ConsumerGroup::restore(group_id.to_string(), metadata, session, now))
+    }
+
     /// The consumer group as it was last written (none if it never was).
     fn revert_consumer_group(&mut self, group_id: &str) {
-        let now = self.env.clock().monotonic();
-        let session = Duration::from_millis(self.config.group_consumer_session_timeout_ms.max(1) as u64);
-        let last = self
-            .offsets
-            .consumer_group(group_id)
-            .map(|m| ConsumerGroup::restore(group_id.to_string(), m, session, now));
-        match last {
+        match self.stored_consumer_group(group_id, self.env.clock().monotonic()) {
             Some(Ok(group)) => {
                 self.consumer_groups.insert(group_id.to_string(), group);
             }
