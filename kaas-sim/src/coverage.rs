@@ -74,6 +74,16 @@ pub fn universe() -> Vec<(&'static str, Vec<String>)> {
         ),
         ("log compaction", compaction),
         (
+            "transaction slots (journal, lazy completions)",
+            [
+                "txn slots: a completion rode with its slot's next write",
+                "txn slots: a completion written on its own",
+                "txn slots: a journal's cut-short tail left unread",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
+        (
             "consumer groups (KIP-848) across a coordinator's take-over",
             [
                 "groups: consumer group carried on by a new coordinator",
