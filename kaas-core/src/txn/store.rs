@@ -149,7 +149,9 @@ impl<V: Volume> TxnStore<V> {
         if self.entries.get(&entry.transactional_id) != Some(&entry)
             || self.staged.contains_key(&entry.transactional_id)
         {
-            self.lazy.remove(&entry.transactional_id);
+            if self.lazy.remove(&entry.transactional_id) {
+                crate::reach("txn slots: a completion written with its producer's next step");
+            }
             self.staged.insert(entry.transactional_id.clone(), entry);
         }
     }
@@ -190,7 +192,7 @@ impl<V: Volume> TxnStore<V> {
             if all || eager.contains(&n) {
                 if self.lazy.remove(&id) {
                     crate::reach(match eager.contains(&n) {
-                        true => "txn slots: a completion rode with its slot's next write",
+                        true => "txn slots: a completion written with another id's change in its slot",
                         false => "txn slots: a completion written on its own",
                     });
                 }
