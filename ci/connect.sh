@@ -132,7 +132,7 @@ for _ in $(seq 40); do
   if cmp -s "$data.out" "$data.want"; then complete=1; break; fi
   sleep 3
 done
-[ -n "$complete" ] || fail "$(wc -l < "$data.out") of $records numbers in the topic, $(comm -13 "$data.out" "$data.want" | wc -l) missing"
+[ -n "$complete" ] || fail "$(wc -l < "$data.out") of $records numbers in the topic, $(comm -13 "$data.out" "$data.want" | wc -l) missing ($(comm -13 "$data.out" "$data.want" | sort -n | sed -n '1p;$p' | tr '\n' ' ')first and last)"
 
 # The internal topics as Connect created them, and the offsets topic compacted.
 for topic in connect-configs connect-offsets connect-status; do

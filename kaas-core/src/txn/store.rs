@@ -160,8 +160,14 @@ impl<V: Volume> TxnStore<V> {
     /// its slot anyway, or the next `flush(all)`. For a completion, whose markers are durable
     /// already: if the broker stops first, the slot's file still says prepared and the
     /// transaction is completed again, which is harmless (a second marker ends nothing).
+    ///
+    /// Not in a slot this broker no longer owns (a dispatch that ended after the slot was
+    /// given up): nothing would write it, and its next owner completes the transaction itself.
     pub fn stage_lazily(&mut self, entry: TxnEntry) {
         let id = entry.transactional_id.clone();
+        if !self.epochs.contains_key(&slot(&id)) {
+            return;
+        }
         if !self.staged.contains_key(&id) || self.lazy.contains(&id) {
             self.lazy.insert(id.clone());
         }
@@ -420,6 +426,10 @@ mod tests {
         assert!(store.has_lazy());
         // Given up, a lazy completion is no answer's loss; flushing everything writes the rest.
         assert!(!store.give_up_slot(slot(&c)));
+        // A completion of a slot no longer owned is not staged (taking the slot back asserts
+        // that nothing of it is).
+        store.stage_lazily(done[&c].clone());
+        assert!(!store.has_lazy());
         store.take_slot(slot(&c), 2).await.unwrap();
         assert!(!store.has_lazy());
         store.stage_lazily(done[&c].clone());
