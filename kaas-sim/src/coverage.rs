@@ -73,17 +73,6 @@ pub fn universe() -> Vec<(&'static str, Vec<String>)> {
             .to_vec(),
         ),
         ("log compaction", compaction),
-        // Rarer cells of the same code (a completion written with another id's change in its
-        // slot, a journal's cut-short tail left unread) show among the unlisted when reached.
-        (
-            "transaction slots (lazy completions)",
-            [
-                "txn slots: a completion written with its producer's next step",
-                "txn slots: a completion written on its own",
-            ]
-            .map(String::from)
-            .to_vec(),
-        ),
         (
             "consumer groups (KIP-848) across a coordinator's take-over",
             [

@@ -7,12 +7,10 @@
 //! EndTxn is two-phase. The Prepare* entry is persisted first; it keeps the partitions and
 //! groups of the transaction, which is the durable list of the markers still owed. A dispatch
 //! task then writes every marker into its partition log and waits until each one is durable,
-//! ends the staged offsets of every group, and reports back; then the EndTxn is answered and
-//! Complete* staged to ride with the next write of its slot (the producer's next transaction
-//! makes one), or written on its own within `LAZY_COMPLETE_MS`. Until then the file says
-//! prepared. If anything fails, or the broker stops, the entry stays prepared: the reconcile
-//! pass retries it, and at start-up every prepared entry is dispatched again. Dispatching twice
-//! is harmless: a second marker ends nothing, and offsets already ended are not staged any more.
+//! ends the staged offsets of every group, and reports back; only then is Complete* persisted
+//! and the EndTxn answered. If anything fails the entry stays prepared: the reconcile pass
+//! retries it, and at start-up every prepared entry is dispatched again. Dispatching twice is
+//! harmless: a second marker ends nothing, and offsets already ended are not staged any more.
 //!
 //! The reaper runs on the same tick and aborts Ongoing transactions past their timeout with an
 //! epoch bump, so the producer that went quiet is fenced before its markers are written.
@@ -41,10 +39,6 @@ use crate::txn::peers::{self, Endpoint, PeersHandle};
 const QUEUE_CAPACITY: usize = 1024;
 /// The wait before a failed dispatch is tried again.
 const RETRY_DISPATCH_MS: u64 = 500;
-/// How long a completion may wait for its slot's next write before it is written on its own.
-/// Saves a slot write (two fsyncs) per transaction when the producer goes on at once; a crash
-/// meanwhile costs a second round of markers, which end nothing.
-const LAZY_COMPLETE_MS: u64 = 50;
 
 /// The coordinator epoch written into markers. kaas has no coordinator failover of its own
 /// yet; cluster mode will make this the slot's ownership epoch.
@@ -258,6 +252,7 @@ struct TxnCoordinator<E: Env> {
     retry_at: Option<Instant>,
     membership: MembershipHandle,
     peers: PeersHandle,
+    /// Slots this broker coordinates now: the ownership epoch it claimed each under and the
     /// When (this broker's wall clock) each owned slot was taken: its transactions' timeouts
     /// run from then at the earliest, since their start times came from another clock.
     taken_at_ms: BTreeMap<u32, i64>,
@@ -268,8 +263,6 @@ struct TxnCoordinator<E: Env> {
     next_watch: Instant,
     /// A slot given up dropped changes staged since the last flush.
     dropped_staged: bool,
-    /// When the lazily staged completions are written, whatever else is staged.
-    lazy_due: Option<Instant>,
 }
 
 /// What the coordinator works with: the participants' actors, the producer id blocks, the
@@ -319,19 +312,9 @@ pub async fn start<E: Env>(env: &E, config: Arc<BrokerConfig>, links: Links) -> 
         ownership,
         next_watch: env.clock().monotonic(),
         dropped_staged: false,
-        lazy_due: None,
     };
     env.spawner().spawn("txn-coordinator", coordinator.run(rx));
     Ok(TxnCoordinatorHandle { tx })
-}
-
-/// Which staged transitions a group commit writes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Flush {
-    /// Those an answer waits for, and the lazy ones of the slots written for them.
-    Eager,
-    /// Every one.
-    All,
 }
 
 /// What a command leads to once the mutations of its group are durable (or failed to be).
@@ -367,11 +350,7 @@ impl<E: Env> TxnCoordinator<E> {
                 }
                 _ = self.env.clock().sleep_until(deadline) => {
                     self.tick(&mut after).await;
-                    self.commit(after, Flush::All).await;
-                    continue;
-                }
-                _ = self.env.clock().sleep_until(self.lazy_due.unwrap_or(deadline)), if self.lazy_due.is_some() => {
-                    self.commit(after, Flush::All).await;
+                    self.commit(after).await;
                     continue;
                 }
             };
@@ -384,27 +363,18 @@ impl<E: Env> TxnCoordinator<E> {
                 self.handle(command, &mut after).await;
                 handled += 1;
             }
-            self.commit(after, Flush::Eager).await;
+            self.commit(after).await;
         }
     }
 
-    /// Makes the staged transitions durable (the lazy ones too if `All`, or if their slot is
-    /// written anyway), then carries out what they lead to.
-    async fn commit(&mut self, after: Vec<After>, flush: Flush) {
+    /// Makes the staged transitions durable, then carries out what they lead to.
+    async fn commit(&mut self, after: Vec<After>) {
         let preparing = after.iter().any(|a| matches!(a, After::Park(..)));
-        let lazy_before = self.store.lazy_count();
+        let completing = after.iter().any(|a| matches!(a, After::Completed(_)));
         if preparing && crate::crash_point!("txn.before_prepare") {
             crate::park_for_crash().await;
         }
-        let written = self.store.flush(self.env.spawner(), flush == Flush::All).await;
-        // Some completion was written (the crash point's "after complete").
-        let completing = self.store.lazy_count() < lazy_before;
-        self.lazy_due = match self.store.has_lazy() {
-            true => {
-                Some(self.lazy_due.unwrap_or(self.env.clock().monotonic() + Duration::from_millis(LAZY_COMPLETE_MS)))
-            }
-            false => None,
-        };
+        let written = self.store.flush(self.env.spawner()).await;
         for slot in self.store.take_failed_slots() {
             // What the file holds is not known (a failed fsync may still have landed it, and
             // peers fence from it): the slot is given up and taken again from the file.
@@ -482,9 +452,8 @@ impl<E: Env> TxnCoordinator<E> {
                 After::Completed(id) => {
                     let ids = self.store.get(&id).map(|e| (e.producer_id, e.producer_epoch));
                     for reply in self.waiting.remove(&id).unwrap_or_default() {
-                        // The markers are durable, so the outcome is. A retriable answer if
-                        // this round's write or lease failed all the same: the client retries
-                        // EndTxn, and whoever coordinates the slot answers it.
+                        // A retriable answer if the completion is not durable: the client
+                        // retries EndTxn and the reconcile finishes the transaction.
                         let answer = failed(Ok(())).and_then(|()| ids.ok_or(CoreError::CoordinatorNotAvailable));
                         let _ = reply.send(answer);
                     }
@@ -835,8 +804,8 @@ impl<E: Env> TxnCoordinator<E> {
         });
     }
 
-    /// The second phase: once the markers are durable the parked EndTxns are answered, and
-    /// Complete* is staged lazily (see `LAZY_COMPLETE_MS`).
+    /// The second phase: stages Complete* once the markers are durable; the parked EndTxns
+    /// are answered when that is durable too.
     fn dispatched(&mut self, entry: TxnEntry, result: CoreResult<()>, after: &mut Vec<After>) {
         self.dispatching.remove(&entry.transactional_id);
         let id = entry.transactional_id.clone();
@@ -851,7 +820,7 @@ impl<E: Env> TxnCoordinator<E> {
         }
         if let Some(current) = self.store.get(&id).filter(|current| **current == entry) {
             let done = state::complete(current);
-            self.store.stage_lazily(done);
+            self.store.stage(done);
         }
         after.push(After::Completed(id));
     }

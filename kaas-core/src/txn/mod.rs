@@ -1,6 +1,5 @@
 //! Transactions (KIP-98, KIP-360, KIP-447, KIP-890): the per-transactional.id state machine
-//! (`state`), its staged and durable entries (`store`) over the slot files (`slot_file`), and
-//! the coordinator actor that drives both
+//! (`state`), its slot files (`store`) and the coordinator actor that drives both
 //! (`coordinator`). A transaction's markers reach its participants (`participant`) by one path
 //! on the broker that owns them (`markers`), sent there by the coordinator itself, by
 //! WriteTxnMarkers from a peer coordinator (`peers`, which also carries KIP-890 verification
@@ -11,6 +10,5 @@ pub mod coordinator;
 pub mod marker_queue;
 pub mod markers;
 pub mod peers;
-pub mod slot_file;
 pub mod state;
 pub mod store;
