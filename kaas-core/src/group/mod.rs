@@ -429,19 +429,18 @@ impl<E: Env> GroupCoordinator<E> {
             tracing::info!(group = group_id, epoch = claimed.epoch, "took over share group");
             return Ok(());
         }
-        if let Some(restored) = self.stored_consumer_group(group_id, now) {
-            match restored {
-                // Carried on: its members keep their ids, epochs and assignments.
-                Ok(group) => {
-                    crate::reach("groups: consumer group carried on by a new coordinator");
-                    self.consumer_groups.insert(group_id.to_string(), group);
-                    tracing::info!(group = group_id, epoch = claimed.epoch, "took over consumer group");
-                    return Ok(());
-                }
-                Err(why) => {
-                    tracing::warn!(group = group_id, why, "consumer group state refused: its members join again")
-                }
+        match self.stored_consumer_group(group_id, now) {
+            // Carried on: its members keep their ids, epochs and assignments.
+            Some(Ok(group)) => {
+                crate::reach("groups: consumer group carried on by a new coordinator");
+                self.consumer_groups.insert(group_id.to_string(), group);
+                tracing::info!(group = group_id, epoch = claimed.epoch, "took over consumer group");
+                return Ok(());
             }
+            Some(Err(why)) => {
+                tracing::warn!(group = group_id, why, "consumer group state refused: its members join again")
+            }
+            None => {}
         }
         let delay = self.config.group_initial_rebalance_delay_ms;
         let restored =
